@@ -1,0 +1,44 @@
+"""The exceptions Luna raises.
+
+Everything Luna raises on purpose derives from LunaError, so a front-end can show one short
+line for any of them and log the traceback for the operator::
+
+    LunaError
+    ├── ConfigError        bad config.toml / environment value (exit code 2)
+    ├── LLMError           the model endpoint failed
+    │   └── LLMUnreachableError   connection refused / DNS / timeout on connect
+    ├── ToolError          a tool could not run (shown to the model as a result)
+    ├── MCPError           an MCP server could not start or answer
+    └── MemoryStoreError   the database or embedding model failed
+
+Dependencies' exceptions are translated once, where the dependency is owned, with
+``raise ... from``.
+"""
+
+
+class LunaError(Exception):
+    """Base of every error Luna raises deliberately."""
+
+
+class ConfigError(LunaError):
+    """The configuration is invalid; the message names the key and what to do."""
+
+
+class LLMError(LunaError):
+    """The LLM endpoint failed (HTTP error, bad response, timeout)."""
+
+
+class LLMUnreachableError(LLMError):
+    """The LLM endpoint could not be reached at all."""
+
+
+class ToolError(LunaError):
+    """A tool failed; the message is written for the model to read."""
+
+
+class MCPError(LunaError):
+    """An MCP server failed to start, crashed or timed out."""
+
+
+class MemoryStoreError(LunaError):
+    """The session log / memory database or the embedding model failed."""

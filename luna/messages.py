@@ -1,0 +1,130 @@
+"""The shapes data takes as it moves between Luna's parts.
+
+Invariants:
+- Chat history travels as OpenAI-style message dicts (``{"role": ..., "content": ...}``), the
+  one format the model, the session log and the prompt builder all share.
+- Tool-call arguments stay the raw JSON string the model produced until a tool validates them,
+  so malformed JSON is reported to the model instead of crashing the turn.
+- Agent events are what front-ends see while a turn runs; they carry no agent logic.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Frontend = Literal["repl", "discord", "cli", "subagent"]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # raw JSON text as the model produced it
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> ToolCall:
+        fn = data.get("function") or {}
+        args = fn.get("arguments")
+        if not isinstance(args, str):
+            args = json.dumps(args if args is not None else {})
+        return cls(id=str(data.get("id") or ""), name=str(fn.get("name") or ""), arguments=args)
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    cached_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class LLMResponse:
+    content: str
+    reasoning: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: Usage | None = None
+    finish_reason: str | None = None
+    latency_s: float = 0.0
+    model: str = ""
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    content: str
+    is_error: bool = False
+
+
+# Asks the owner whether a tool may run; returns True to allow. Timeout means deny.
+Approver = Callable[[str, dict[str, Any]], Awaitable[bool]]
+
+
+@dataclass(frozen=True)
+class InboundMessage:
+    """A message a front-end hands to the agent."""
+
+    session_id: str
+    text: str
+    frontend: Frontend = "repl"
+    user_id: str = "owner"
+    # Memory scope: "owner" for the owner's memories, or "user:<id>" for another Discord user.
+    scope: str = "owner"
+    allow_tools: bool = True
+    approver: Approver | None = None
+    message_id: str | None = None
+
+
+# ---- events a turn emits while it runs -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class ReasoningDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolStarted:
+    call_id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class ToolFinished:
+    call_id: str
+    name: str
+    is_error: bool
+    duration_s: float
+    preview: str
+
+
+@dataclass(frozen=True)
+class TurnDone:
+    reply: str
+    rounds: int
+    usage: Usage | None = None
+
+
+@dataclass(frozen=True)
+class TurnFailed:
+    """The turn could not finish; ``message`` is one short line for the user."""
+
+    message: str
+
+
+AgentEvent = TextDelta | ReasoningDelta | ToolStarted | ToolFinished | TurnDone | TurnFailed
