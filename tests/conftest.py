@@ -1,0 +1,83 @@
+"""Shared fixtures: hermetic environment, the scripted LLM server, and a Config factory.
+
+Invariants:
+- No test sees the developer's Luna environment variables, and Hugging Face stays offline.
+- ``llm_server`` is a real HTTP server on 127.0.0.1 (a thread), fresh per test.
+- ``luna_config`` builds a Config whose data paths all live under ``tmp_path`` and whose
+  ``llm.endpoint`` is the fake server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from luna.config import Config, build_config
+from tests.fakes.llm_server import FakeLLMServer, Reply
+
+ISOLATED_ENV = (
+    "DISCORD_TOKEN",
+    "LLM_ENDPOINT",
+    "LLM_MODEL",
+    "LLM_API_KEY",
+    "MEMORY_DB_PATH",
+    "LOG_DIR",
+    "LUNA_CONFIG",
+    "LUNA_WORKSPACE",
+    "LUNA_MCP_SERVERS",
+)
+
+__all__ = ["Reply"]
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ISOLATED_ENV:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture
+def llm_server() -> Iterator[FakeLLMServer]:
+    """The scripted OpenAI-compatible server: ``.url``, ``.script(...)``, ``.requests``."""
+    with FakeLLMServer() as server:
+        yield server
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in base.items()}
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+@pytest.fixture
+def luna_config(tmp_path: Path, llm_server: FakeLLMServer) -> Callable[..., Config]:
+    """Factory: ``luna_config({"agent": {"max_rounds": 3}}, env={...}) -> Config``."""
+
+    def make(data: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> Config:
+        base = {
+            "llm": {
+                "endpoint": llm_server.url,
+                "model": llm_server.model,
+                "timeout": 30.0,
+                "connect_timeout": 5.0,
+                "max_retries": 2,
+                "retry_backoff": 0.01,
+            },
+            "memory": {"db_path": str(tmp_path / "data" / "luna.db")},
+            "observe": {"log_dir": str(tmp_path / "data" / "logs"), "console": False},
+            "agent": {"workspace": str(tmp_path / "workspace")},
+            "tools": {"outputs_dir": str(tmp_path / "data" / "tool_outputs")},
+            "mcp": {"servers_file": str(tmp_path / "mcp_servers.json")},
+        }
+        return build_config(_merge(base, data or {}), dict(env or {}), base_dir=tmp_path)
+
+    return make

@@ -1,0 +1,440 @@
+"""A scripted OpenAI-compatible LLM server for tests: real HTTP on 127.0.0.1, real wire format.
+
+It plays llama.cpp's ``llama-server``: ``POST /v1/chat/completions`` (JSON or SSE streaming),
+``GET /v1/models``, ``GET /props`` and ``GET /health``. Tests queue replies with
+:meth:`FakeLLMServer.script` and assert on :attr:`FakeLLMServer.requests`.
+
+Invariants:
+- Replies are served in the order queued; when the queue is empty, ``server.default`` answers.
+- Every request body received on ``/v1/chat/completions`` is recorded (also rejected ones).
+- Like real servers, an assistant message with ``content: null`` (llama.cpp) and a system
+  message that is not the first message (Qwen chat templates) are answered with HTTP 500, so
+  client-side normalization is tested for real.
+- ``usage`` is computed from rough token counts when a reply does not give one; cached tokens
+  are the common prefix with the previous request (like llama.cpp's prompt cache).
+
+Standalone: ``python -m tests.fakes.llm_server --port 0 --script replies.json`` prints
+``READY http://127.0.0.1:PORT/v1`` on stdout and serves until SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import signal
+import sys
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+DEFAULT_MODEL = "fake-model"
+DEFAULT_N_CTX = 8192
+
+
+@dataclass
+class Reply:
+    """One scripted answer.
+
+    ``tool_calls`` items are ``{"name": str, "arguments": "<json text>" | dict, "id": optional}``.
+    ``chunks`` (optional) gives the exact streamed content pieces; otherwise content is split
+    into pieces of ``chunk_size`` characters. ``status`` != 200 answers with ``error_body``
+    (or a llama.cpp-style error object).
+    """
+
+    content: str = ""
+    reasoning: str = ""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    delay: float = 0.0
+    chunk_delay: float = 0.0
+    status: int = 200
+    error_body: Any = None
+    usage: dict[str, Any] | None = None
+    finish_reason: str | None = None
+    chunks: list[str] | None = None
+    chunk_size: int = 4
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Reply:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+ReplySource = Reply | Callable[[dict[str, Any]], Reply]
+
+
+def rough_tokens(text: str) -> int:
+    """About four characters per token, at least one for non-empty text."""
+    return (len(text) + 3) // 4
+
+
+class FakeLLMServer:
+    """The scripted server; use as a context manager or call start()/stop()."""
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        model: str = DEFAULT_MODEL,
+        n_ctx: int = DEFAULT_N_CTX,
+        props: bool = True,
+    ) -> None:
+        self.model = model
+        self.n_ctx = n_ctx
+        self.has_props = props
+        self.default: ReplySource = Reply(content="ok")
+        self._queue: deque[ReplySource] = deque()
+        self._requests: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._last_prompt = ""
+        self._httpd = ThreadingHTTPServer((host, port), _make_handler(self))
+        self._httpd.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    # ---- lifecycle ------------------------------------------------------------------------
+    @property
+    def port(self) -> int:
+        return self._httpd.server_address[1]
+
+    @property
+    def root_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"{self.root_url}/v1"
+
+    def start(self) -> FakeLLMServer:
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, name="fake-llm-server", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        if self._thread:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> FakeLLMServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---- scripting ------------------------------------------------------------------------
+    def script(self, *replies: ReplySource) -> None:
+        """Queue replies (Reply objects or callables taking the request body)."""
+        with self._lock:
+            self._queue.extend(replies)
+
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        """A snapshot of the chat request bodies received so far."""
+        with self._lock:
+            return list(self._requests)
+
+    @property
+    def pending(self) -> int:
+        """Scripted replies not yet served."""
+        with self._lock:
+            return len(self._queue)
+
+    def reset(self) -> None:
+        with self._lock:
+            self._queue.clear()
+            self._requests.clear()
+            self._last_prompt = ""
+            self.default = Reply(content="ok")
+
+    def wait_for_requests(self, n: int, timeout: float = 5.0) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            reqs = self.requests
+            if len(reqs) >= n:
+                return reqs
+            time.sleep(0.01)
+        raise TimeoutError(f"fake LLM server got {len(self.requests)} requests, wanted {n}")
+
+    # ---- internals ------------------------------------------------------------------------
+    def _next_reply(self, body: dict[str, Any]) -> tuple[Reply, int]:
+        with self._lock:
+            self._requests.append(body)
+            source = self._queue.popleft() if self._queue else self.default
+            prompt = json.dumps(body.get("messages"), ensure_ascii=False) + json.dumps(
+                body.get("tools") or [], ensure_ascii=False
+            )
+            common = 0
+            for a, b in zip(prompt, self._last_prompt, strict=False):
+                if a != b:
+                    break
+                common += 1
+            self._last_prompt = prompt
+        reply = source(body) if callable(source) else source
+        return reply, common // 4
+
+
+def validate_messages(body: dict[str, Any]) -> str | None:
+    """The error a strict llama.cpp/Qwen server would give, or None when acceptable."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return "'messages' must be a non-empty array"
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or "role" not in m:
+            return f"message {i} has no role"
+        if m["role"] == "assistant" and "content" in m and m["content"] is None:
+            return "Expected 'content' to be a string or an array"  # llama.cpp wording
+        if m["role"] == "system" and i != 0:
+            return "System message must be at the beginning."  # Qwen template wording
+    return None
+
+
+def _tool_call_wire(tc: dict[str, Any], i: int) -> dict[str, Any]:
+    args = tc.get("arguments", "{}")
+    if not isinstance(args, str):
+        args = json.dumps(args)
+    return {
+        "id": tc.get("id") or f"call_{i}_{uuid.uuid4().hex[:8]}",
+        "type": "function",
+        "function": {"name": tc["name"], "arguments": args},
+    }
+
+
+def _usage(reply: Reply, body: dict[str, Any], cached: int) -> dict[str, Any]:
+    if reply.usage is not None:
+        return dict(reply.usage)
+    prompt = rough_tokens(json.dumps(body.get("messages"), ensure_ascii=False))
+    prompt += rough_tokens(json.dumps(body.get("tools") or []))
+    completion = rough_tokens(reply.content) + rough_tokens(reply.reasoning)
+    completion += sum(rough_tokens(json.dumps(tc)) for tc in reply.tool_calls)
+    cached = min(cached, prompt)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
+
+
+def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
+            pass
+
+        # -- helpers
+        def _json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
+            data = json.dumps(obj).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(data)
+            self.wfile.flush()
+
+        def _error(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+            kind = "server_error" if status >= 500 else "invalid_request_error"
+            self._json(
+                status, {"error": {"code": status, "message": message, "type": kind}}, headers
+            )
+
+        # -- routes
+        def do_GET(self) -> None:  # noqa: N802 - http.server API
+            path = self.path.split("?")[0].rstrip("/")
+            if path in ("/v1/models", "/models"):
+                self._json(
+                    200,
+                    {
+                        "object": "list",
+                        "data": [{"id": server.model, "object": "model", "owned_by": "fake"}],
+                    },
+                )
+            elif path == "/props" and server.has_props:
+                self._json(
+                    200,
+                    {
+                        "default_generation_settings": {"n_ctx": server.n_ctx},
+                        "total_slots": 1,
+                        "model_path": f"/models/{server.model}.gguf",
+                    },
+                )
+            elif path == "/health":
+                self._json(200, {"status": "ok"})
+            else:
+                self._error(404, f"File Not Found: {path}")
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server API
+            path = self.path.split("?")[0].rstrip("/")
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            if path not in ("/v1/chat/completions", "/chat/completions"):
+                self._error(404, f"File Not Found: {path}")
+                return
+            try:
+                body = json.loads(raw or b"{}")
+            except json.JSONDecodeError:
+                self._error(400, "request body is not valid JSON")
+                return
+            reply, cached = server._next_reply(body)
+            if reply.delay:
+                time.sleep(reply.delay)
+            problem = validate_messages(body)
+            if problem:
+                self._error(500, problem)
+                return
+            if reply.status != 200:
+                if reply.error_body is not None:
+                    self._json(reply.status, reply.error_body, reply.headers)
+                else:
+                    self._error(reply.status, f"scripted error {reply.status}", reply.headers)
+                return
+            try:
+                if body.get("stream"):
+                    self._stream(body, reply, cached)
+                else:
+                    self._complete(body, reply, cached)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client went away (cancelled or timed out)
+
+        def _complete(self, body: dict[str, Any], reply: Reply, cached: int) -> None:
+            message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+            if reply.reasoning:
+                message["reasoning_content"] = reply.reasoning
+            if reply.tool_calls:
+                message["tool_calls"] = [
+                    _tool_call_wire(tc, i) for i, tc in enumerate(reply.tool_calls)
+                ]
+            finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
+            usage = _usage(reply, body, cached)
+            self._json(
+                200,
+                {
+                    "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
+                    "object": "chat.completion",
+                    "created": int(time.time()),
+                    "model": body.get("model") or server.model,
+                    "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                    "usage": usage,
+                    "timings": {
+                        "cache_n": usage.get("prompt_tokens_details", {}).get("cached_tokens", 0)
+                    },
+                },
+            )
+
+        def _stream(self, body: dict[str, Any], reply: Reply, cached: int) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            cid = f"chatcmpl-{uuid.uuid4().hex[:12]}"
+            model = body.get("model") or server.model
+
+            def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> None:
+                obj = {
+                    "id": cid,
+                    "object": "chat.completion.chunk",
+                    "created": int(time.time()),
+                    "model": model,
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                    **extra,
+                }
+                send(obj)
+
+            def send(obj: Any) -> None:
+                data = obj if isinstance(obj, str) else json.dumps(obj)
+                self.wfile.write(f"data: {data}\n\n".encode())
+                self.wfile.flush()
+                if reply.chunk_delay:
+                    time.sleep(reply.chunk_delay)
+
+            def pieces(text: str) -> list[str]:
+                n = max(1, reply.chunk_size)
+                return [text[i : i + n] for i in range(0, len(text), n)]
+
+            chunk({"role": "assistant", "content": None})
+            for piece in pieces(reply.reasoning):
+                chunk({"reasoning_content": piece})
+            for piece in reply.chunks if reply.chunks is not None else pieces(reply.content):
+                chunk({"content": piece})
+            for i, tc in enumerate(reply.tool_calls):
+                wire = _tool_call_wire(tc, i)
+                chunk(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": i,
+                                "id": wire["id"],
+                                "type": "function",
+                                "function": {"name": wire["function"]["name"], "arguments": ""},
+                            }
+                        ]
+                    }
+                )
+                for piece in pieces(wire["function"]["arguments"]):
+                    chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
+            finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
+            usage = _usage(reply, body, cached)
+            cache_n = usage.get("prompt_tokens_details", {}).get("cached_tokens", 0)
+            chunk({}, finish, timings={"cache_n": cache_n})
+            if (body.get("stream_options") or {}).get("include_usage"):
+                send(
+                    {
+                        "id": cid,
+                        "object": "chat.completion.chunk",
+                        "created": int(time.time()),
+                        "model": model,
+                        "choices": [],
+                        "usage": usage,
+                    }
+                )
+            send("[DONE]")
+
+    return Handler
+
+
+def load_script(path: str) -> list[Reply]:
+    """A JSON file holding a list of Reply field dicts."""
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    if not isinstance(data, list):
+        raise SystemExit(f"{path}: expected a JSON list of replies")
+    return [Reply.from_dict(d) for d in data]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Scripted OpenAI-compatible fake LLM server.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--script", help="JSON file: list of replies served in order")
+    parser.add_argument("--default", default="ok", help="content of the default reply")
+    parser.add_argument("--model", default=DEFAULT_MODEL)
+    args = parser.parse_args(argv)
+    server = FakeLLMServer(args.host, args.port, model=args.model)
+    server.default = Reply(content=args.default)
+    if args.script:
+        server.script(*load_script(args.script))
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    server.start()
+    print(f"READY {server.url}", flush=True)
+    stop.wait()
+    server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
