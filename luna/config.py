@@ -342,9 +342,7 @@ def build_config(
         for key, value in table.items():
             dotted = f"{section}.{key}"
             if key not in types_:
-                raise ConfigError(
-                    f"config: unknown key {dotted}{_suggest(key, list(types_))}"
-                )
+                raise ConfigError(f"config: unknown key {dotted}{_suggest(key, list(types_))}")
             if dotted in SECRET_KEYS:
                 raise ConfigError(
                     f"config: {dotted} is a secret; set {SECRET_KEYS[dotted]} in the "

@@ -1,0 +1,100 @@
+"""Command line: ``python -m luna [command]``. Argument parsing and one ``asyncio.run``; no logic.
+
+Without a command Luna runs: the Discord bot when ``DISCORD_TOKEN`` is set, else the REPL.
+Every command handler is ``async (args, cfg) -> exit code``; a LunaError becomes one line on
+stderr (exit 2 for configuration errors, 1 otherwise), never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import sys
+from collections.abc import Sequence
+
+from luna import __version__
+from luna.errors import ConfigError, LunaError
+
+# Modules that contribute subcommands through ``add_parser(subparsers)``.
+_COMMAND_MODULES = (
+    "luna.config_cli",
+    "luna.memory.cli",
+    "luna.mcp_cli",
+    "luna.doctor",
+    "luna.stats",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="luna",
+        description=(
+            "Luna, a self-hosted personal AI agent. With no command: runs the Discord bot when "
+            "DISCORD_TOKEN is set, otherwise an interactive terminal session (REPL)."
+        ),
+        epilog="Configuration: config.toml (or $LUNA_CONFIG). See `luna config show`.",
+    )
+    parser.add_argument("--version", action="version", version=f"luna {__version__}")
+    parser.add_argument(
+        "--config",
+        metavar="PATH",
+        help="config.toml to use (default: $LUNA_CONFIG or ./config.toml)",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    run = sub.add_parser(
+        "run", help="run Luna (Discord bot if DISCORD_TOKEN is set, else the REPL)"
+    )
+    _add_run_args(run)
+    repl = sub.add_parser(
+        "repl", help="talk to Luna in the terminal (even if DISCORD_TOKEN is set)"
+    )
+    _add_run_args(repl)
+    for name in _COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            # A command module that is not installed must not break the others.
+            if e.name != name:
+                raise
+            continue
+        module.add_parser(sub)
+    _add_run_args(parser)
+    return parser
+
+
+def _add_run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--session", metavar="ID", help="REPL session id to resume (default: the last one)"
+    )
+    p.add_argument("--no-embedded", action="store_true", help="never start the embedded demo model")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        from pathlib import Path
+
+        from luna.config import load_config
+
+        cfg = load_config(Path(args.config) if args.config else None)
+        handler = getattr(args, "handler", None)
+        if handler is None:
+            from luna.app import run_app
+
+            mode = "repl" if args.command == "repl" else "auto"
+            return asyncio.run(run_app(cfg, args, mode=mode))
+        return asyncio.run(handler(args, cfg))
+    except ConfigError as e:
+        print(f"luna: {e}", file=sys.stderr)
+        return 2
+    except LunaError as e:
+        print(f"luna: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""Prompt assembly, laid out for llama-server's prefix (KV) cache.
+
+Invariants:
+- The head — one system message (system prompt, then the session summary if any) followed by
+  the tool declarations — is byte-identical across the turns of a session; it changes only when
+  the librarian compacts the session.
+- History is replayed exactly as it was sent: a user message's per-turn context (time, recalled
+  memories) is stored with it and re-attached verbatim, so each request repeats the previous
+  one from its start and only appends.
+- Per-turn context goes at the end, attached to the newest user message.
+- Every assistant tool call is followed by exactly one result with its id; calls that lost
+  their result (a crash mid-round) get a placeholder, orphaned results are dropped, so the
+  server never rejects the history.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+SUMMARY_HEADER = (
+    "Summary of the earlier conversation in this session (older messages were compacted):"
+)
+INTERRUPTED_RESULT = "(no result: the tool run was interrupted)"
+
+
+def build_system_message(system_prompt: str, summary: str | None) -> dict[str, Any]:
+    content = system_prompt.strip()
+    if summary:
+        content += f"\n\n{SUMMARY_HEADER}\n{summary.strip()}"
+    return {"role": "system", "content": content}
+
+
+def render_context(now: dt.datetime, recalled: str) -> str:
+    """The per-turn context block attached to the newest user message."""
+    # Minutes, not seconds: the block is persisted and replayed, so it should read naturally.
+    lines = [f"Current time: {now.strftime('%Y-%m-%d %H:%M %A')} ({now.tzname() or 'local'})"]
+    if recalled.strip():
+        lines.append("Possibly relevant memories (from earlier conversations; may be outdated):")
+        lines.append(recalled.strip())
+    return "<context>\n" + "\n".join(lines) + "\n</context>"
+
+
+def attach_context(text: str, context: str | None) -> str:
+    return f"{text}\n\n{context}" if context else text
+
+
+def repair_tool_pairs(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Make every tool call have exactly one result directly after its assistant message."""
+    out: list[dict[str, Any]] = []
+    i = 0
+    while i < len(history):
+        msg = history[i]
+        if msg.get("role") == "tool":
+            i += 1  # orphaned result: its call is not in view
+            continue
+        out.append(msg)
+        i += 1
+        calls = msg.get("tool_calls") or [] if msg.get("role") == "assistant" else []
+        if not calls:
+            continue
+        results: dict[str, dict[str, Any]] = {}
+        while i < len(history) and history[i].get("role") == "tool":
+            results.setdefault(str(history[i].get("tool_call_id")), history[i])
+            i += 1
+        for call in calls:
+            cid = str(call.get("id"))
+            out.append(
+                results.get(cid)
+                or {"role": "tool", "tool_call_id": cid, "content": INTERRUPTED_RESULT}
+            )
+    return out
+
+
+def build_messages(
+    system_prompt: str,
+    summary: str | None,
+    history: list[dict[str, Any]],
+    new_user: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """[system] + repaired history (+ the new user message)."""
+    messages = [build_system_message(system_prompt, summary)]
+    messages.extend(repair_tool_pairs(history))
+    if new_user is not None:
+        messages.append(new_user)
+    return messages
+
+
+def prefix_share(previous: list[dict[str, Any]], current: list[dict[str, Any]]) -> float:
+    """Share of the previous request's serialized prompt that the current one repeats verbatim
+    from its start (what llama-server's prompt cache can reuse)."""
+    import json
+
+    a = json.dumps(previous, ensure_ascii=False)
+    b = json.dumps(current, ensure_ascii=False)
+    n = 0
+    limit = min(len(a), len(b))
+    while n < limit and a[n] == b[n]:
+        n += 1
+    # A trailing "]" closes the list and is always rewritten; don't count it against reuse.
+    return min(1.0, n / max(1, len(a) - 1))

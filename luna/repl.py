@@ -1,0 +1,306 @@
+"""Terminal front-end: the same agent API the Discord bot uses.
+
+Invariants:
+- stdin is read in a worker thread, so the event loop (and other sessions, MCP servers, the
+  librarian) keeps running while the prompt waits.
+- Ctrl-C cancels the running turn, not the program; Ctrl-D / EOF or ``/quit`` exits with 0.
+- Piped (non-tty) stdin: one line per message, replies printed, exit 0 at EOF.
+- The owner is at the keyboard: tools at level ``ask`` prompt y/N here (no answer = deny).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any, TextIO
+
+from luna.messages import (
+    InboundMessage,
+    ReasoningDelta,
+    TextDelta,
+    ToolFinished,
+    ToolStarted,
+    TurnDone,
+    TurnFailed,
+)
+
+HELP = """Commands:
+  /help              this help
+  /new               start a fresh session (memories stay searchable)
+  /session           show the current session id
+  /remember TEXT     store a memory
+  /forget ID         delete a memory
+  /memories [QUERY]  list memories, or search them
+  /quit              exit (Ctrl-D works too)
+Ctrl-C cancels a running reply."""
+
+
+def _session_file(data_dir: Path) -> Path:
+    return data_dir / "repl_session"
+
+
+def load_session_id(data_dir: Path, requested: str | None) -> str:
+    if requested:
+        return requested
+    with contextlib.suppress(OSError):
+        saved = _session_file(data_dir).read_text().strip()
+        if saved:
+            return saved
+    return new_session_id()
+
+
+def new_session_id() -> str:
+    return "repl-" + dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+
+
+def save_session_id(data_dir: Path, session_id: str) -> None:
+    with contextlib.suppress(OSError):
+        data_dir.mkdir(parents=True, exist_ok=True)
+        _session_file(data_dir).write_text(session_id + "\n")
+
+
+def _settle(
+    future: asyncio.Future[str | None], value: str | None, error: BaseException | None
+) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)
+
+
+class LineReader:
+    """Reads stdin lines in a thread; one pending read at a time (readline history on a tty)."""
+
+    def __init__(self, stream: TextIO, interactive: bool, history_file: Path | None) -> None:
+        self.stream = stream
+        self.interactive = interactive
+        self._pending: asyncio.Future[str | None] | None = None
+        self._history_file = history_file
+        if interactive:
+            with contextlib.suppress(ImportError, OSError):
+                import readline
+
+                if history_file and history_file.exists():
+                    readline.read_history_file(str(history_file))
+                readline.set_history_length(1000)
+
+    def _read(self, prompt: str) -> str | None:
+        try:
+            if self.interactive:
+                return input(prompt)
+            line = self.stream.readline()
+            return None if line == "" else line.rstrip("\n")
+        except EOFError:
+            return None
+
+    async def read(self, prompt: str = "") -> str | None:
+        if self._pending is None or self._pending.done():
+            loop = asyncio.get_running_loop()
+            future: asyncio.Future[str | None] = loop.create_future()
+
+            def work() -> None:
+                try:
+                    line = self._read(prompt)
+                except BaseException as e:  # noqa: BLE001 - handed to the awaiting task
+                    loop.call_soon_threadsafe(_settle, future, None, e)
+                else:
+                    loop.call_soon_threadsafe(_settle, future, line, None)
+
+            # A daemon thread, not the default executor: a read blocked on the terminal must
+            # never keep the process alive at shutdown.
+            threading.Thread(target=work, name="luna-stdin", daemon=True).start()
+            self._pending = future
+        return await asyncio.shield(self._pending)
+
+    def save_history(self) -> None:
+        if self.interactive and self._history_file:
+            with contextlib.suppress(ImportError, OSError):
+                import readline
+
+                self._history_file.parent.mkdir(parents=True, exist_ok=True)
+                readline.write_history_file(str(self._history_file))
+
+
+class Repl:
+    def __init__(
+        self,
+        agent: Any,
+        memory: Any,
+        data_dir: Path,
+        *,
+        session_id: str | None = None,
+        stdin: TextIO | None = None,
+        stdout: TextIO | None = None,
+        banner: str = "",
+    ) -> None:
+        self.agent = agent
+        self.memory = memory
+        self.data_dir = data_dir
+        self.out = stdout or sys.stdout
+        stdin = stdin or sys.stdin
+        self.interactive = stdin.isatty() and self.out.isatty()
+        self.reader = LineReader(stdin, self.interactive, data_dir / "repl_history")
+        self.session_id = load_session_id(data_dir, session_id)
+        self.banner = banner
+        self._turn: asyncio.Task[None] | None = None
+        self.stopping = asyncio.Event()
+
+    def write(self, text: str) -> None:
+        self.out.write(text)
+        self.out.flush()
+
+    async def run(self) -> int:
+        save_session_id(self.data_dir, self.session_id)
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGINT, self._on_sigint)
+        if self.banner:
+            self.write(self.banner + "\n")
+        if self.interactive:
+            self.write(f"Luna — session {self.session_id}. /help for commands.\n")
+        try:
+            while not self.stopping.is_set():
+                read = asyncio.ensure_future(self.reader.read("you> " if self.interactive else ""))
+                stop = asyncio.ensure_future(self.stopping.wait())
+                done, _ = await asyncio.wait({read, stop}, return_when=asyncio.FIRST_COMPLETED)
+                if stop in done:
+                    read.cancel()
+                    break
+                stop.cancel()
+                line = read.result()
+                if line is None:
+                    break
+                line = line.strip()
+                if not line:
+                    continue
+                if line.startswith("/"):
+                    if await self._command(line):
+                        break
+                    continue
+                self._turn = asyncio.create_task(self._run_turn(line))
+                try:
+                    await self._turn
+                except asyncio.CancelledError:
+                    if self.stopping.is_set():
+                        break
+                    self.write("\n[cancelled]\n")
+                finally:
+                    self._turn = None
+        finally:
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(signal.SIGINT)
+            self.reader.save_history()
+        return 0
+
+    def _on_sigint(self) -> None:
+        if self._turn is not None and not self._turn.done():
+            self._turn.cancel()
+        else:
+            self.write("\n(Ctrl-D or /quit to exit)\n")
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    async def _approve(self, tool: str, args: dict[str, Any]) -> bool:
+        if not self.interactive:
+            self.write(f"\n[denied {tool}: approval needs an interactive terminal]\n")
+            return False
+        shown = json.dumps(args, ensure_ascii=False)
+        if len(shown) > 300:
+            shown = shown[:300] + "…"
+        answer = await self.reader.read(f"\nallow {tool} {shown}? [y/N] ")
+        return (answer or "").strip().lower() in {"y", "yes"}
+
+    async def _run_turn(self, text: str) -> None:
+        msg = InboundMessage(
+            session_id=self.session_id,
+            text=text,
+            frontend="repl",
+            user_id="owner",
+            scope="owner",
+            approver=self._approve,
+        )
+        prefix = "luna> " if self.interactive else ""
+        self.write(prefix)
+        at_line_start = not prefix
+        async for event in self.agent.run_turn(msg):
+            if isinstance(event, TextDelta):
+                self.write(event.text)
+                at_line_start = event.text.endswith("\n")
+            elif isinstance(event, ReasoningDelta):
+                continue
+            elif isinstance(event, ToolStarted):
+                args = (
+                    event.arguments if len(event.arguments) < 160 else event.arguments[:160] + "…"
+                )
+                self.write(("" if at_line_start else "\n") + f"  [tool] {event.name} {args}\n")
+                at_line_start = True
+            elif isinstance(event, ToolFinished):
+                status = "error" if event.is_error else "ok"
+                self.write(f"  [tool] {event.name} {status} ({event.duration_s:.1f}s)\n")
+                at_line_start = True
+            elif isinstance(event, TurnFailed):
+                self.write(("" if at_line_start else "\n") + f"error: {event.message}\n")
+                at_line_start = True
+            elif isinstance(event, TurnDone):
+                if not at_line_start:
+                    self.write("\n")
+                at_line_start = True
+
+    async def _command(self, line: str) -> bool:
+        """Handle a /command; True means quit."""
+        cmd, _, arg = line.partition(" ")
+        arg = arg.strip()
+        if cmd in ("/quit", "/exit"):
+            return True
+        if cmd == "/help":
+            self.write(HELP + "\n")
+        elif cmd == "/new":
+            self.session_id = new_session_id()
+            save_session_id(self.data_dir, self.session_id)
+            self.write(f"new session {self.session_id}\n")
+        elif cmd == "/session":
+            self.write(f"session {self.session_id}\n")
+        elif cmd == "/remember":
+            if not arg:
+                self.write("usage: /remember TEXT\n")
+            else:
+                mid = await self.memory.add_memory(
+                    arg, importance=7, source="user", scope="owner", session_id=self.session_id
+                )
+                self.write(f"remembered (id {mid})\n")
+        elif cmd == "/forget":
+            if not arg.isdigit():
+                self.write("usage: /forget ID (see /memories)\n")
+            else:
+                ok = await self.memory.forget(int(arg))
+                self.write("forgotten\n" if ok else f"no memory with id {arg}\n")
+        elif cmd == "/memories":
+            await self._memories(arg)
+        else:
+            self.write(f"unknown command {cmd}; /help lists them\n")
+        return False
+
+    async def _memories(self, query: str) -> None:
+        if query:
+            items = await self.memory.recall(query, scope="owner", session_id=None, k=10)
+            if not items:
+                self.write("nothing found\n")
+            for item in items:
+                date = str(item.created_at)[:10]
+                self.write(f"  [{item.kind} {item.id}] {date} {item.text[:200]}\n")
+            return
+        rows = await self.memory.list_memories(scope="owner", limit=50)
+        if not rows:
+            self.write("no memories yet (/remember TEXT adds one)\n")
+        for row in rows:
+            date = str(row.get("created_at", ""))[:10]
+            self.write(f"  [{row.get('id')}] {date} {str(row.get('text', ''))[:200]}\n")
