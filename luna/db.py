@@ -1,0 +1,131 @@
+"""The one SQLite connection helper: pysqlite3, WAL, full fsync, sqlite-vec.
+
+Invariants:
+- Every Luna database connection comes from :func:`connect`; nothing else imports a SQLite
+  binding. pysqlite3 is used because this Python's stdlib ``sqlite3`` cannot load extensions.
+- Connections are in WAL mode with ``synchronous=FULL``: a committed transaction survives
+  ``kill -9`` and power loss. ``isolation_level=None`` — callers open transactions explicitly.
+- sqlite-vec is loaded on every connection. When it cannot load, the failure is logged at ERROR
+  level and as a ``memory_op`` event, and ``conn.vector_enabled`` is False; it never fails
+  silently. :func:`check_features` reports the same facts for ``luna doctor``.
+- Connections are plain blocking objects: async callers use them via ``asyncio.to_thread``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from luna.errors import MemoryStoreError
+from luna.observe import log_event
+
+try:  # pragma: no branch - import shape depends on the platform
+    import pysqlite3.dbapi2 as sqlite3
+except ImportError:  # pragma: no cover - non-Linux fallback; may lack extension loading
+    import sqlite3  # type: ignore[no-redef]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BUSY_TIMEOUT_S = 10.0
+
+Error = sqlite3.Error
+IntegrityError = sqlite3.IntegrityError
+OperationalError = sqlite3.OperationalError
+
+
+class Connection(sqlite3.Connection):
+    """A SQLite connection that knows whether sqlite-vec is loaded."""
+
+    vector_enabled: bool = False
+    vector_error: str = ""
+
+
+@dataclass(frozen=True)
+class DBFeatures:
+    """What this SQLite build can do; shown by ``luna doctor``."""
+
+    sqlite_version: str
+    fts5: bool
+    fts5_error: str
+    sqlite_vec: str | None  # version string, or None when it cannot load
+    sqlite_vec_error: str
+
+    @property
+    def vector_enabled(self) -> bool:
+        return self.sqlite_vec is not None
+
+
+def _load_vec(conn: Connection) -> None:
+    try:
+        import sqlite_vec
+
+        conn.enable_load_extension(True)
+        try:
+            sqlite_vec.load(conn)
+        finally:
+            conn.enable_load_extension(False)
+        conn.vector_enabled = True
+        conn.vector_error = ""
+    except Exception as exc:  # noqa: BLE001 - any failure means FTS-only, reported loudly
+        conn.vector_enabled = False
+        conn.vector_error = f"{type(exc).__name__}: {exc}"
+        log.error(
+            "sqlite-vec could not be loaded (%s): memory recall runs FTS-only, without vectors",
+            conn.vector_error,
+        )
+        log_event("memory_op", op="vec_load_failed", error=conn.vector_error)
+
+
+def connect(
+    path: Path | str,
+    *,
+    busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+    load_vec: bool = True,
+) -> Connection:
+    """Open ``path`` (creating its folder) in WAL mode with sqlite-vec loaded if possible."""
+    try:
+        if str(path) != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(
+            str(path),
+            timeout=busy_timeout_s,
+            isolation_level=None,
+            check_same_thread=False,
+            factory=Connection,
+        )
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA foreign_keys = ON")
+    except (sqlite3.Error, OSError) as exc:
+        raise MemoryStoreError(f"cannot open database {path}: {exc}") from exc
+    if load_vec:
+        _load_vec(conn)
+    else:
+        conn.vector_error = "sqlite-vec loading disabled"
+    return conn
+
+
+def check_features() -> DBFeatures:
+    """Probe FTS5 and sqlite-vec on an in-memory database (for ``luna doctor``)."""
+    conn = sqlite3.connect(":memory:", factory=Connection)
+    try:
+        fts5, fts5_error = True, ""
+        try:
+            conn.execute("CREATE VIRTUAL TABLE t USING fts5(x, tokenize='porter unicode61')")
+        except sqlite3.Error as exc:
+            fts5, fts5_error = False, str(exc)
+        _load_vec(conn)
+        version = None
+        if conn.vector_enabled:
+            version = conn.execute("SELECT vec_version()").fetchone()[0]
+        return DBFeatures(
+            sqlite_version=sqlite3.sqlite_version,
+            fts5=fts5,
+            fts5_error=fts5_error,
+            sqlite_vec=version,
+            sqlite_vec_error=conn.vector_error,
+        )
+    finally:
+        conn.close()

@@ -1,0 +1,324 @@
+"""The memory database: one SQLite file, ordered named migrations, the vector table, meta.
+
+Invariants:
+- Schema changes are ordered, named forward migrations recorded in ``_migrations``; each runs in
+  its own transaction and is never edited once released — new changes append a new one.
+- ``messages`` is append-only (triggers refuse UPDATE and DELETE).
+- Every searchable text (user/assistant message, memory, session summary) has one row in
+  ``docs`` and one row in ``docs_fts`` with the same rowid, written in the same transaction as
+  the text itself; ``docs_vec`` (sqlite-vec, cosine) holds its embedding once computed
+  (``docs.embedded = 1``). A doc without a vector is still found by FTS.
+- The embedding model's name and dimension live in ``meta``; a different configured model is
+  refused with a message that says to run ``luna memory reindex``.
+- All access goes through one connection guarded by a lock; callers run these blocking methods
+  in a worker thread (``asyncio.to_thread``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from luna import db
+from luna.errors import MemoryStoreError
+from luna.observe import log_event
+
+log = logging.getLogger(__name__)
+
+Migration = tuple[str, list[str]]
+
+MIGRATIONS: list[Migration] = [
+    (
+        "m001_session_log",
+        [
+            "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+            """CREATE TABLE sessions (
+                id TEXT PRIMARY KEY,
+                scope TEXT NOT NULL DEFAULT 'owner',
+                created_at TEXT NOT NULL
+            )""",
+            """CREATE TABLE messages (
+                id INTEGER PRIMARY KEY AUTOINCREMENT,
+                session_id TEXT NOT NULL REFERENCES sessions(id),
+                role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant', 'tool')),
+                content TEXT NOT NULL DEFAULT '',
+                tool_calls TEXT,
+                tool_call_id TEXT,
+                name TEXT,
+                context TEXT,
+                scope TEXT NOT NULL DEFAULT 'owner',
+                created_at TEXT NOT NULL,
+                prompt_tokens INTEGER,
+                completion_tokens INTEGER,
+                total_tokens INTEGER,
+                cached_tokens INTEGER
+            )""",
+            "CREATE INDEX messages_session ON messages(session_id, id)",
+            """CREATE TRIGGER messages_append_only_update BEFORE UPDATE ON messages
+               BEGIN SELECT RAISE(ABORT, 'messages are append-only'); END""",
+            """CREATE TRIGGER messages_append_only_delete BEFORE DELETE ON messages
+               BEGIN SELECT RAISE(ABORT, 'messages are append-only'); END""",
+        ],
+    ),
+    (
+        "m002_memory_index",
+        [
+            """CREATE TABLE memories (
+                id INTEGER PRIMARY KEY AUTOINCREMENT,
+                text TEXT NOT NULL,
+                importance INTEGER NOT NULL DEFAULT 5 CHECK (importance BETWEEN 1 AND 10),
+                source TEXT NOT NULL DEFAULT 'user'
+                    CHECK (source IN ('user', 'assistant', 'tool', 'import')),
+                speaker TEXT,
+                scope TEXT NOT NULL DEFAULT 'owner',
+                session_id TEXT,
+                external_id TEXT,
+                created_at TEXT NOT NULL,
+                updated_at TEXT NOT NULL,
+                superseded_by INTEGER REFERENCES memories(id) ON DELETE SET NULL
+            )""",
+            """CREATE UNIQUE INDEX memories_external ON memories(scope, external_id)
+               WHERE external_id IS NOT NULL""",
+            "CREATE INDEX memories_scope ON memories(scope, id)",
+            """CREATE TABLE summaries (
+                id INTEGER PRIMARY KEY AUTOINCREMENT,
+                session_id TEXT NOT NULL UNIQUE REFERENCES sessions(id),
+                text TEXT NOT NULL,
+                cut_message_id INTEGER NOT NULL,
+                compactions INTEGER NOT NULL DEFAULT 1,
+                created_at TEXT NOT NULL,
+                updated_at TEXT NOT NULL
+            )""",
+            """CREATE TABLE docs (
+                id INTEGER PRIMARY KEY AUTOINCREMENT,
+                kind TEXT NOT NULL CHECK (kind IN ('message', 'memory', 'summary')),
+                ref_id INTEGER NOT NULL,
+                scope TEXT NOT NULL,
+                created_at TEXT NOT NULL,
+                embedded INTEGER NOT NULL DEFAULT 0,
+                UNIQUE (kind, ref_id)
+            )""",
+            "CREATE INDEX docs_pending ON docs(embedded) WHERE embedded = 0",
+            """CREATE VIRTUAL TABLE docs_fts USING fts5(
+                text, tokenize = 'porter unicode61', content = '', contentless_delete = 1
+            )""",
+            # Index what an older database already holds.
+            """INSERT INTO docs (kind, ref_id, scope, created_at)
+               SELECT 'message', id, scope, created_at FROM messages
+               WHERE role IN ('user', 'assistant') AND content != '' ORDER BY id""",
+            """INSERT INTO docs_fts (rowid, text)
+               SELECT d.id, m.content FROM docs d JOIN messages m
+               ON d.kind = 'message' AND d.ref_id = m.id""",
+        ],
+    ),
+]
+
+
+def now_iso() -> str:
+    """The current UTC time as ISO 8601 with milliseconds."""
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+
+
+class Store:
+    """One SQLite connection plus the lock that serializes its use across threads."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.conn = db.connect(path)
+        self.lock = threading.RLock()
+        self.vector_enabled = self.conn.vector_enabled
+        self.vector_error = self.conn.vector_error
+        self.dim: int | None = None
+
+    def close(self) -> None:
+        with self.lock:
+            self.conn.close()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[db.Connection]:
+        """``BEGIN IMMEDIATE`` … ``COMMIT`` (durable on exit) or ``ROLLBACK`` on error."""
+        with self.lock:
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.conn
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
+            self.conn.execute("COMMIT")
+
+    def query(self, sql: str, params: tuple | list | dict = ()) -> list[tuple]:
+        with self.lock:
+            return self.conn.execute(sql, params).fetchall()
+
+    # ---- migrations ------------------------------------------------------------------
+
+    def applied_migrations(self) -> list[str]:
+        with self.lock:
+            self.conn.execute(
+                "CREATE TABLE IF NOT EXISTS _migrations "
+                "(name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)"
+            )
+            return [r[0] for r in self.conn.execute("SELECT name FROM _migrations ORDER BY rowid")]
+
+    def migrate(self, migrations: list[Migration] | None = None) -> list[str]:
+        """Apply the migrations not yet recorded, in order; returns the names applied."""
+        migrations = MIGRATIONS if migrations is None else migrations
+        done = set(self.applied_migrations())
+        applied = []
+        for name, statements in migrations:
+            if name in done:
+                continue
+            try:
+                with self.transaction() as conn:
+                    for sql in statements:
+                        conn.execute(sql)
+                    conn.execute(
+                        "INSERT INTO _migrations (name, applied_at) VALUES (?, ?)",
+                        (name, now_iso()),
+                    )
+            except db.Error as exc:
+                raise MemoryStoreError(f"database migration {name} failed: {exc}") from exc
+            applied.append(name)
+            log_event("memory_op", op="migrate", migration=name)
+        return applied
+
+    # ---- meta and the vector table -------------------------------------------------
+
+    def get_meta(self, key: str) -> str | None:
+        rows = self.query("SELECT value FROM meta WHERE key = ?", (key,))
+        return rows[0][0] if rows else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self.transaction() as conn:
+            conn.execute(
+                "INSERT INTO meta (key, value) VALUES (?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (key, value),
+            )
+
+    def check_embedding_model(self, model: str, dim: int) -> None:
+        """Record the model on first use; refuse a different one (MemoryStoreError)."""
+        stored_model, stored_dim = self.get_meta("embedding_model"), self.get_meta("embedding_dim")
+        if stored_model is None:
+            self.set_meta("embedding_model", model)
+            self.set_meta("embedding_dim", str(dim))
+        elif stored_model != model or stored_dim != str(dim):
+            raise MemoryStoreError(
+                f"the memory database {self.path} was indexed with embedding model "
+                f"{stored_model!r} ({stored_dim} dims) but the configuration says {model!r} "
+                f"({dim} dims); run `luna memory reindex` to re-embed everything with the "
+                "configured model"
+            )
+        self.dim = dim
+        if self.vector_enabled:
+            self._ensure_vec_table(dim)
+
+    def _ensure_vec_table(self, dim: int) -> None:
+        with self.transaction() as conn:
+            conn.execute(
+                "CREATE VIRTUAL TABLE IF NOT EXISTS docs_vec USING vec0("
+                f"embedding float[{int(dim)}] distance_metric=cosine, "
+                "scope text partition key)"
+            )
+
+    def reset_vectors(self, model: str, dim: int) -> None:
+        """Drop every vector and record a new model (first step of a reindex)."""
+        with self.transaction() as conn:
+            conn.execute("DROP TABLE IF EXISTS docs_vec")
+            conn.execute("UPDATE docs SET embedded = 0")
+            for key, value in (("embedding_model", model), ("embedding_dim", str(dim))):
+                conn.execute(
+                    "INSERT INTO meta (key, value) VALUES (?, ?) "
+                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    (key, value),
+                )
+        self.dim = dim
+        if self.vector_enabled:
+            self._ensure_vec_table(dim)
+
+    # ---- the searchable index ---------------------------------------------------------
+
+    def index_doc(
+        self, conn: db.Connection, kind: str, ref_id: int, scope: str, created_at: str, text: str
+    ) -> int:
+        """Add or refresh one searchable text inside the caller's transaction."""
+        row = conn.execute(
+            "SELECT id FROM docs WHERE kind = ? AND ref_id = ?", (kind, ref_id)
+        ).fetchone()
+        if row is not None:
+            self.unindex_doc(conn, row[0])
+        cur = conn.execute(
+            "INSERT INTO docs (kind, ref_id, scope, created_at) VALUES (?, ?, ?, ?)",
+            (kind, ref_id, scope, created_at),
+        )
+        doc_id = int(cur.lastrowid)
+        conn.execute("INSERT INTO docs_fts (rowid, text) VALUES (?, ?)", (doc_id, text))
+        return doc_id
+
+    def unindex_doc(self, conn: db.Connection, doc_id: int) -> None:
+        conn.execute("DELETE FROM docs_fts WHERE rowid = ?", (doc_id,))
+        if self.vector_enabled and self.dim is not None:
+            conn.execute("DELETE FROM docs_vec WHERE rowid = ?", (doc_id,))
+        conn.execute("DELETE FROM docs WHERE id = ?", (doc_id,))
+
+    def store_vectors(self, rows: list[tuple[int, str, bytes]]) -> None:
+        """Write (doc id, scope, float32 bytes) vectors and mark the docs embedded."""
+        if not self.vector_enabled or not rows:
+            return
+        with self.transaction() as conn:
+            for doc_id, scope, blob in rows:
+                exists = conn.execute("SELECT 1 FROM docs WHERE id = ?", (doc_id,)).fetchone()
+                if exists is None:  # forgotten while it was being embedded
+                    continue
+                conn.execute("DELETE FROM docs_vec WHERE rowid = ?", (doc_id,))
+                conn.execute(
+                    "INSERT INTO docs_vec (rowid, embedding, scope) VALUES (?, ?, ?)",
+                    (doc_id, blob, scope),
+                )
+                conn.execute("UPDATE docs SET embedded = 1 WHERE id = ?", (doc_id,))
+
+    def pending_docs(self, limit: int, after_id: int = 0) -> list[tuple[int, str, str]]:
+        """Docs without a vector: (doc id, scope, text), oldest first."""
+        rows = self.query(
+            "SELECT id, kind, ref_id, scope FROM docs WHERE embedded = 0 AND id > ? "
+            "ORDER BY id LIMIT ?",
+            (after_id, limit),
+        )
+        texts = self.doc_texts([(r[1], r[2]) for r in rows])
+        return [(r[0], r[3], texts.get((r[1], r[2]), "")) for r in rows]
+
+    def doc_texts(self, refs: list[tuple[str, int]]) -> dict[tuple[str, int], str]:
+        """The text of each (kind, ref_id)."""
+        out: dict[tuple[str, int], str] = {}
+        tables = {"message": "messages", "memory": "memories", "summary": "summaries"}
+        column = {"message": "content", "memory": "text", "summary": "text"}
+        for kind, table in tables.items():
+            ids = [ref for k, ref in refs if k == kind]
+            for chunk in _chunks(ids, 500):
+                marks = ",".join("?" * len(chunk))
+                for ref, text in self.query(
+                    f"SELECT id, {column[kind]} FROM {table} WHERE id IN ({marks})", chunk
+                ):
+                    out[(kind, ref)] = text
+        return out
+
+    def counts(self) -> dict[str, int]:
+        q: Callable[[str], int] = lambda sql: int(self.query(sql)[0][0])  # noqa: E731
+        return {
+            "sessions": q("SELECT count(*) FROM sessions"),
+            "messages": q("SELECT count(*) FROM messages"),
+            "memories": q("SELECT count(*) FROM memories"),
+            "superseded": q("SELECT count(*) FROM memories WHERE superseded_by IS NOT NULL"),
+            "summaries": q("SELECT count(*) FROM summaries"),
+            "indexed": q("SELECT count(*) FROM docs"),
+            "embedded": q("SELECT count(*) FROM docs WHERE embedded = 1"),
+        }
+
+
+def _chunks(items: list, n: int) -> Iterator[list]:
+    for i in range(0, len(items), n):
+        yield items[i : i + n]
