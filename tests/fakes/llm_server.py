@@ -92,6 +92,7 @@ class FakeLLMServer:
         self.default: ReplySource = Reply(content="ok")
         self._queue: deque[ReplySource] = deque()
         self._requests: list[dict[str, Any]] = []
+        self._headers: list[dict[str, str]] = []
         self._lock = threading.Lock()
         self._last_prompt = ""
         self._httpd = ThreadingHTTPServer((host, port), _make_handler(self))
@@ -113,7 +114,10 @@ class FakeLLMServer:
 
     def start(self) -> FakeLLMServer:
         self._thread = threading.Thread(
-            target=self._httpd.serve_forever, name="fake-llm-server", daemon=True
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="fake-llm-server",
+            daemon=True,
         )
         self._thread.start()
         return self
@@ -143,6 +147,12 @@ class FakeLLMServer:
             return list(self._requests)
 
     @property
+    def headers(self) -> list[dict[str, str]]:
+        """Headers (lower-case names) of each chat request, in the order of requests."""
+        with self._lock:
+            return list(self._headers)
+
+    @property
     def pending(self) -> int:
         """Scripted replies not yet served."""
         with self._lock:
@@ -152,6 +162,7 @@ class FakeLLMServer:
         with self._lock:
             self._queue.clear()
             self._requests.clear()
+            self._headers.clear()
             self._last_prompt = ""
             self.default = Reply(content="ok")
 
@@ -165,9 +176,10 @@ class FakeLLMServer:
         raise TimeoutError(f"fake LLM server got {len(self.requests)} requests, wanted {n}")
 
     # ---- internals ------------------------------------------------------------------------
-    def _next_reply(self, body: dict[str, Any]) -> tuple[Reply, int]:
+    def _next_reply(self, body: dict[str, Any], headers: dict[str, str]) -> tuple[Reply, int]:
         with self._lock:
             self._requests.append(body)
+            self._headers.append(headers)
             source = self._queue.popleft() if self._queue else self.default
             prompt = json.dumps(body.get("messages"), ensure_ascii=False) + json.dumps(
                 body.get("tools") or [], ensure_ascii=False
@@ -286,7 +298,9 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
             except json.JSONDecodeError:
                 self._error(400, "request body is not valid JSON")
                 return
-            reply, cached = server._next_reply(body)
+            reply, cached = server._next_reply(
+                body, {k.lower(): v for k, v in self.headers.items()}
+            )
             if reply.delay:
                 time.sleep(reply.delay)
             problem = validate_messages(body)
