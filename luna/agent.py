@@ -27,6 +27,7 @@ from luna import observe
 from luna.config import Config
 from luna.errors import LLMError, LunaError
 from luna.llm import LLMClient
+from luna.memory import format_recall
 from luna.messages import (
     AgentEvent,
     InboundMessage,
@@ -41,6 +42,7 @@ from luna.messages import (
     Usage,
 )
 from luna.prompt import attach_context, build_messages, render_context
+from luna.tools.registry import ToolContext
 
 log = logging.getLogger(__name__)
 
@@ -236,8 +238,6 @@ class Agent:
         )
 
     async def _recall_block(self, msg: InboundMessage, history: list[dict[str, Any]]) -> str:
-        from luna.memory import format_recall
-
         try:
             items = await self.memory.recall(msg.text, scope=msg.scope, session_id=msg.session_id)
         except LunaError as e:
@@ -262,9 +262,7 @@ class Agent:
 
     # ---- sub-agents -------------------------------------------------------------------
 
-    def _tool_context(self, msg: InboundMessage, budget: TurnBudget, depth: int) -> Any:
-        from luna.tools import ToolContext
-
+    def _tool_context(self, msg: InboundMessage, budget: TurnBudget, depth: int) -> ToolContext:
         async def run_subagent(
             task: str, tool_names: list[str] | None, workdir: Path | None
         ) -> str:
