@@ -463,53 +463,33 @@ async def check_mcp(cfg: Config) -> list[CheckResult]:
     if not path.exists():
         return [ok("MCP servers", f"none configured ({path} does not exist)")]
     from luna.mcp_manager import MCPManager
-    from luna.tools import build_registry
+    from luna.tools.registry import ToolRegistry
 
-    registry = build_registry(cfg)
-    manager = MCPManager(cfg, registry)
-    await manager.start()
+    manager = MCPManager(cfg, ToolRegistry(cfg))  # a scratch registry: only MCP tools land
     try:
-        deadline = asyncio.get_running_loop().time() + cfg.mcp.start_timeout + 5
-        while True:
-            statuses = manager.status()
-            if all(_mcp_settled(s) for s in statuses):
-                break
-            if asyncio.get_running_loop().time() > deadline:
-                break
-            await asyncio.sleep(0.2)
+        await manager.start()
+        await manager.wait_ready(timeout=cfg.mcp.start_timeout + 5)
         statuses = manager.status()
     finally:
         await asyncio.wait_for(manager.stop(), timeout=30)
-    if not statuses:
-        return [ok("MCP servers", f"{path} lists no enabled servers")]
-    return [_mcp_result(s) for s in statuses]
-
-
-def _mcp_state(status: Any) -> str:
-    return str(getattr(status, "state", getattr(status, "status", ""))).lower()
-
-
-def _mcp_settled(status: Any) -> bool:
-    return _mcp_state(status) not in {"starting", "pending", "connecting", "restarting"}
-
-
-def _mcp_result(status: Any) -> CheckResult:
-    name = f"MCP {getattr(status, 'name', '?')}"
-    state = _mcp_state(status)
-    tools = getattr(status, "tools", None)
-    n_tools = len(tools) if isinstance(tools, list | tuple | set | dict) else tools
-    if state in {"running", "ready", "connected", "ok"}:
-        return ok(name, f"running, {n_tools} tools")
-    if state == "disabled":
-        return skipped(name, "disabled in the servers file")
-    error = getattr(status, "error", "") or state or "did not start"
-    return fail(
-        name,
-        f"not running ({error})",
-        "try the server's command by hand; fix or disable it in mcp_servers.json "
-        "(`luna mcp list` shows the entries)",
-        essential=False,
+    fix = (
+        "run the server's command by hand to see its error; fix or disable the entry in "
+        f"{path} (`luna mcp list` shows them)"
     )
+    results = []
+    if manager.file_error:
+        results.append(fail("MCP servers", manager.file_error, fix, essential=False))
+    for s in statuses:
+        name = f"MCP {s.name}"
+        if s.state == "running":
+            results.append(ok(name, f"running ({s.transport}), {s.tools} tools"))
+        elif s.state == "disabled":
+            results.append(skipped(name, "disabled in the servers file"))
+        else:
+            results.append(
+                fail(name, f"{s.state}: {s.error or 'did not start'}", fix, essential=False)
+            )
+    return results or [ok("MCP servers", f"{path} lists no servers")]
 
 
 # ---- discord and disk -------------------------------------------------------------------
