@@ -1,0 +1,242 @@
+"""File tools: ``read_file``, ``write_file``, ``list_directory``, confined to allowed roots.
+
+Invariants:
+- Every path is resolved (``~``, ``..`` and symlinks) before the check; relative paths start at
+  the workspace (or a sub-agent's folder). Reads are allowed under the workspace,
+  ``tools.read_roots`` and ``tools.write_roots``, plus ``tools.outputs_dir`` (read-only, so the
+  agent can read saved large outputs); writes only under the workspace and ``write_roots``.
+- Luna's private files (database, logs, ``.env``, the rest of the data folder) are never
+  readable or writable, even when a configured root contains them.
+- After opening, the real path of the open descriptor is checked again, so a symlink swapped
+  in between the check and the open cannot redirect the tool.
+- File work runs in a thread; outputs stay under ``tools.passthrough_bytes`` so a read never
+  turns into another saved large output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+from pathlib import Path
+
+from luna.config import Config
+from luna.errors import ToolError
+from luna.tools.registry import ToolContext, ToolRegistry
+from luna.tools.sandbox import protected_paths
+
+MAX_READ_BYTES = 20_000_000  # files above this are read by line window only up to this size
+BINARY_SNIFF = 8192
+
+
+class PathPolicy:
+    """Decides which resolved paths the file tools may read or write."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.workspace = cfg.agent.workspace.resolve()
+        self.outputs = cfg.tools.outputs_dir.resolve()
+        self.write_roots = [self.workspace, *(p.resolve() for p in cfg.tools.write_roots)]
+        self.read_roots = [*self.write_roots, *(p.resolve() for p in cfg.tools.read_roots)]
+        self.data_dir = cfg.data_dir.resolve()
+        db = cfg.memory.db_path.resolve()
+        extra = [db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")]
+        self.private_items = [p for p in [*protected_paths(cfg), *extra] if p != self.data_dir]
+
+    @staticmethod
+    def _inside(path: Path, root: Path) -> bool:
+        return path == root or root in path.parents
+
+    def resolve(self, raw: str, base: Path | None = None) -> Path:
+        p = Path(raw).expanduser()
+        if not p.is_absolute():
+            p = (base or self.workspace) / p
+        return p.resolve()
+
+    def check(self, path: Path, *, write: bool) -> None:
+        """Raise ToolError unless ``path`` (already resolved) is allowed."""
+        if not write and self._inside(path, self.outputs):
+            return
+        roots = self.write_roots if write else self.read_roots
+        if not any(self._inside(path, r) for r in roots):
+            where = "the workspace" + (" or write_roots" if write else " or read_roots")
+            raise ToolError(f"{path} is outside {where}; access refused")
+        if self._inside(path, self.data_dir) and not any(
+            self._inside(path, r) and r != self.data_dir and self._inside(r, self.data_dir)
+            for r in self.read_roots
+        ):
+            raise ToolError(f"{path} is inside Luna's private data folder; access refused")
+        for item in self.private_items:
+            if self._inside(path, item):
+                raise ToolError(f"{path} is Luna's private data; access refused")
+
+    def check_fd(self, fd: int, *, write: bool) -> None:
+        real = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        self.check(real, write=write)
+
+
+def _base(ctx: ToolContext, policy: PathPolicy) -> Path:
+    if ctx.workdir is not None:
+        w = ctx.workdir.resolve()
+        if policy._inside(w, policy.workspace):
+            return w
+    return policy.workspace
+
+
+def _read(policy: PathPolicy, path: Path, offset: int, limit: int, budget: int) -> str:
+    policy.check(path, write=False)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise ToolError(f"{path} does not exist") from None
+    except IsADirectoryError:
+        raise ToolError(f"{path} is a directory; use list_directory") from None
+    except OSError as e:
+        raise ToolError(f"cannot open {path}: {e.strerror}") from e
+    with os.fdopen(fd, "rb") as f:
+        policy.check_fd(f.fileno(), write=False)
+        st = os.fstat(f.fileno())
+        if stat.S_ISDIR(st.st_mode):
+            raise ToolError(f"{path} is a directory; use list_directory")
+        if not stat.S_ISREG(st.st_mode):
+            raise ToolError(f"{path} is not a regular file")
+        if b"\0" in f.read(BINARY_SNIFF):
+            raise ToolError(f"{path} looks binary ({st.st_size} bytes); not shown")
+        f.seek(0)
+        out: list[str] = []
+        used = 0
+        line_no = 0
+        more = False
+        read_bytes = 0
+        for raw in f:
+            line_no += 1
+            read_bytes += len(raw)
+            if read_bytes > MAX_READ_BYTES:
+                more = True
+                break
+            if line_no < offset:
+                continue
+            if line_no >= offset + limit:
+                more = True
+                break
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            entry = f"{line_no:>6}\t{line}"
+            if used + len(entry) + 1 > budget:
+                out.append(
+                    f"[... stopped at line {line_no}: output limit; read on with "
+                    f"offset={line_no} ...]"
+                )
+                more = False
+                break
+            out.append(entry)
+            used += len(entry) + 1
+    if not out:
+        return f"{path}: no lines at offset {offset} (the file has {line_no} lines)"
+    header = f"{path} ({st.st_size} bytes), lines {offset}-{min(line_no, offset + limit - 1)}"
+    footer = f"\n[more lines follow; continue with offset={offset + limit}]" if more else ""
+    return header + "\n" + "\n".join(out) + footer
+
+
+def _write(policy: PathPolicy, path: Path, content: str, append: bool) -> str:
+    policy.check(path, write=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    policy.check(path.parent.resolve(), write=True)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if append else os.O_TRUNC)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as e:
+        raise ToolError(f"cannot write {path}: {e.strerror}") from e
+    with os.fdopen(fd, "wb") as f:
+        policy.check_fd(f.fileno(), write=True)
+        data = content.encode("utf-8")
+        f.write(data)
+    return f"{'appended' if append else 'wrote'} {len(data)} bytes to {path}"
+
+
+def _list(policy: PathPolicy, root: Path, recursive: bool, depth: int, max_entries: int) -> str:
+    policy.check(root, write=False)
+    if not root.is_dir():
+        raise ToolError(f"{root} is not a directory")
+    lines: list[str] = []
+    truncated = False
+
+    def walk(d: Path, level: int) -> None:
+        nonlocal truncated
+        try:
+            entries = sorted(os.scandir(d), key=lambda e: e.name)
+        except OSError as e:
+            lines.append(f"{'  ' * level}[cannot list {d.name}: {e.strerror}]")
+            return
+        for e in entries:
+            if len(lines) >= max_entries:
+                truncated = True
+                return
+            p = Path(e.path)
+            try:
+                policy.check(p.resolve(), write=False)
+            except ToolError:
+                continue
+            if e.is_dir(follow_symlinks=False):
+                lines.append(f"{'  ' * level}{e.name}/")
+                if recursive and level + 1 < depth:
+                    walk(p, level + 1)
+            else:
+                size = e.stat(follow_symlinks=False).st_size
+                suffix = " -> symlink" if e.is_symlink() else f" ({size} bytes)"
+                lines.append(f"{'  ' * level}{e.name}{suffix}")
+
+    walk(root, 0)
+    if not lines:
+        return f"{root}: empty"
+    tail = f"\n[stopped at {max_entries} entries]" if truncated else ""
+    return f"{root}:\n" + "\n".join(lines) + tail
+
+
+def register(reg: ToolRegistry, cfg: Config) -> None:
+    policy = PathPolicy(cfg)
+    budget = max(cfg.tools.passthrough_bytes - 500, 1000)
+
+    @reg.tool(level="allow")
+    async def read_file(path: str, offset: int = 1, limit: int = 200, *, ctx: ToolContext) -> str:
+        """Read a text file from the workspace (or a saved tool output), by line window.
+
+        Args:
+            path: File path, relative to the workspace or absolute.
+            offset: First line to show (1-based).
+            limit: Maximum number of lines to show.
+        """
+        p = policy.resolve(path, _base(ctx, policy))
+        return await asyncio.to_thread(_read, policy, p, max(offset, 1), max(limit, 1), budget)
+
+    @reg.tool(level="ask")
+    async def write_file(path: str, content: str, append: bool = False, *, ctx: ToolContext) -> str:
+        """Write (or append) text to a file in the workspace; parent folders are created.
+
+        Args:
+            path: File path, relative to the workspace or absolute.
+            content: The text to write.
+            append: Append to the file instead of replacing it.
+        """
+        p = policy.resolve(path, _base(ctx, policy))
+        return await asyncio.to_thread(_write, policy, p, content, append)
+
+    @reg.tool(level="allow")
+    async def list_directory(
+        path: str = ".",
+        recursive: bool = False,
+        max_depth: int = 3,
+        max_entries: int = 200,
+        *,
+        ctx: ToolContext,
+    ) -> str:
+        """List the files and folders in a directory.
+
+        Args:
+            path: Directory path, relative to the workspace or absolute.
+            recursive: Also list sub-folders.
+            max_depth: How many levels deep to go when recursive.
+            max_entries: Stop after this many entries.
+        """
+        p = policy.resolve(path, _base(ctx, policy))
+        depth = max(1, min(max_depth, 10))
+        entries = max(1, min(max_entries, 2000))
+        return await asyncio.to_thread(_list, policy, p, recursive, depth, entries)

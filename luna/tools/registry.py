@@ -1,0 +1,417 @@
+"""The tool registry: one place where tools are defined, described, checked and run.
+
+A native tool is a plain async function registered with :meth:`ToolRegistry.tool`; its JSON
+schema comes from the type hints and the Google-style docstring (``Args:`` section), so the
+definition lives in one place. MCP tools arrive through :meth:`ToolRegistry.register` with a
+schema of their own.
+
+Invariants:
+- :meth:`ToolRegistry.execute` never raises except ``CancelledError``: an unknown name, bad JSON,
+  a schema mismatch, a denied permission, a ``ToolError``, a timeout or a bug all come back as
+  an error ``ToolResult`` written for the model (bugs also log a traceback for the operator).
+- Arguments are validated against the tool's JSON schema before the handler runs.
+- Every output a tool produced goes through :func:`luna.tool_output.shape_output` and is wrapped
+  in ``<untrusted source="...">`` tags; the registry's own messages are not wrapped.
+- ``specs()`` order is stable: native tools in registration order, then the rest by name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import inspect
+import json
+import logging
+import re
+import time
+import types
+import typing
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import jsonschema
+
+from luna import observe
+from luna.config import Config
+from luna.errors import ToolError
+from luna.messages import Approver, Frontend, ToolCall, ToolResult
+from luna.tool_output import shape_output
+from luna.tools.permissions import Level, resolve_level
+
+log = logging.getLogger(__name__)
+
+SubAgentRunner = Callable[[str, "list[str] | None", "Path | None"], Awaitable[str]]
+Handler = Callable[[dict[str, Any], "ToolContext"], Awaitable["ToolResult | str"]]
+Expose = Literal["direct", "catalog"]
+
+DEFAULT_TOOL_TIMEOUT = 300.0
+CATALOG_TOOLS = ("list_available_tools", "use_tool")
+
+
+@dataclass
+class ToolContext:
+    """What a tool may know about the turn that called it."""
+
+    session_id: str
+    frontend: Frontend
+    user_request: str  # the user's text, for large-output keyword filtering
+    approver: Approver | None  # asks the owner; None => 'ask' tools are denied
+    llm: Any  # LLMClient | None
+    run_subagent: SubAgentRunner | None  # async (task, tool_names, workdir) -> str
+    depth: int = 0  # sub-agents have depth 1 and cannot spawn more
+    workdir: Path | None = None  # a sub-agent's folder: bash and relative paths start there
+
+
+@dataclass
+class ToolInfo:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    handler: Handler
+    level: Level = "ask"
+    expose: Expose = "direct"
+    native: bool = False
+    timeout: float | None = DEFAULT_TOOL_TIMEOUT
+    validator: Any = field(default=None, repr=False)
+
+    def spec(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
+        }
+
+
+class ToolRegistry:
+    """Holds native and MCP tools; validates, permits, runs and shapes every call."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self._tools: dict[str, ToolInfo] = {}
+        # Levels forced at start-up (bash without a sandbox is always 'ask').
+        self.forced_levels: dict[str, Level] = {}
+
+    # ---- registration -----------------------------------------------------------------
+
+    def tool(
+        self,
+        fn: Callable[..., Awaitable[Any]] | None = None,
+        *,
+        name: str | None = None,
+        level: Level = "allow",
+        expose: Expose = "direct",
+        timeout: float | None = DEFAULT_TOOL_TIMEOUT,
+    ) -> Any:
+        """Decorator: register an async function; a parameter named ``ctx`` gets the context."""
+
+        def wrap(f: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+            description, parameters = schema_from_function(f)
+            wants_ctx = "ctx" in inspect.signature(f).parameters
+
+            async def handler(arguments: dict[str, Any], ctx: ToolContext) -> Any:
+                if wants_ctx:
+                    return await f(ctx=ctx, **arguments)
+                return await f(**arguments)
+
+            self._add(
+                ToolInfo(
+                    name=name or f.__name__,
+                    description=description,
+                    parameters=parameters,
+                    handler=handler,
+                    level=level,
+                    expose=expose,
+                    native=True,
+                    timeout=timeout,
+                )
+            )
+            return f
+
+        return wrap(fn) if fn is not None else wrap
+
+    def register(
+        self,
+        name: str,
+        description: str,
+        parameters: dict[str, Any],
+        handler: Handler,
+        *,
+        level: Level = "ask",
+        expose: Expose = "direct",
+        timeout: float | None = None,
+    ) -> str:
+        """Register a tool defined elsewhere (MCP); returns the name used."""
+        params = parameters if isinstance(parameters, dict) else {}
+        params = {"type": "object", "properties": {}, **params}
+        self._add(ToolInfo(name, description or "", params, handler, level, expose, False, timeout))
+        return name
+
+    def _add(self, info: ToolInfo) -> None:
+        try:
+            cls = jsonschema.validators.validator_for(info.parameters)
+            cls.check_schema(info.parameters)
+            info.validator = cls(info.parameters)
+        except jsonschema.SchemaError as e:
+            log.warning(
+                "tool %s has an invalid schema (%s); arguments not validated", info.name, e.message
+            )
+            info.validator = None
+        self._tools[info.name] = info
+
+    def unregister_prefix(self, prefix: str) -> None:
+        for name in [n for n in self._tools if n.startswith(prefix)]:
+            del self._tools[name]
+
+    # ---- lookup -----------------------------------------------------------------------
+
+    def get(self, name: str) -> ToolInfo | None:
+        return self._tools.get(name)
+
+    def names(self) -> list[str]:
+        return [i.name for i in self._ordered()]
+
+    def _ordered(self) -> list[ToolInfo]:
+        native = [i for i in self._tools.values() if i.native]
+        other = sorted((i for i in self._tools.values() if not i.native), key=lambda i: i.name)
+        return native + other
+
+    def specs(self, *, names: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        """OpenAI tool specs: direct tools (or exactly ``names``), in a stable order."""
+        if names is not None:
+            wanted = set(names)
+            return [i.spec() for i in self._ordered() if i.name in wanted]
+        has_catalog = bool(self.catalog())
+        return [
+            i.spec()
+            for i in self._ordered()
+            if i.expose == "direct" and (has_catalog or i.name not in CATALOG_TOOLS)
+        ]
+
+    def catalog(self) -> list[ToolInfo]:
+        return [i for i in self._ordered() if i.expose == "catalog"]
+
+    def suggest(self, name: str) -> str:
+        close = difflib.get_close_matches(name, list(self._tools), n=3, cutoff=0.5)
+        if close:
+            return "Did you mean: " + ", ".join(close) + "?"
+        return "Available tools: " + ", ".join(self.names())
+
+    def level_for(self, info: ToolInfo, frontend: str) -> Level:
+        forced = self.forced_levels.get(info.name)
+        level = resolve_level(self.cfg.tools, info.name, frontend, info.level)
+        if forced is not None and level != "deny":
+            return forced
+        return level
+
+    # ---- execution --------------------------------------------------------------------
+
+    async def execute(self, call: ToolCall, ctx: ToolContext) -> ToolResult:
+        """Run one tool call; always returns a ToolResult (see the module invariants)."""
+        started = time.perf_counter()
+        result = await self._execute(call, ctx)
+        observe.log_event(
+            "tool_run",
+            tool=call.name,
+            duration_ms=round((time.perf_counter() - started) * 1000, 1),
+            is_error=result.is_error,
+            output_bytes=len(result.content.encode("utf-8", "replace")),
+        )
+        return result
+
+    async def _execute(self, call: ToolCall, ctx: ToolContext) -> ToolResult:
+        info = self._tools.get(call.name)
+        if info is None:
+            return ToolResult(f"Unknown tool '{call.name}'. {self.suggest(call.name)}", True)
+        args, problem = parse_arguments(call.arguments)
+        if problem:
+            return ToolResult(f"{call.name}: {problem}. {usage_hint(info)}", True)
+        return await self.run(info, args, ctx, shape=True)
+
+    async def run(
+        self, info: ToolInfo, args: dict[str, Any], ctx: ToolContext, *, shape: bool
+    ) -> ToolResult:
+        """Validate, check permission, run and (when ``shape``) shape and wrap one call."""
+        problem = self.validate(info, args)
+        if problem:
+            return ToolResult(f"{info.name}: {problem}. {usage_hint(info)}", True)
+        refusal = await self.check_permission(info, args, ctx)
+        if refusal:
+            return ToolResult(refusal, True)
+        try:
+            async with asyncio.timeout(info.timeout):
+                raw = await info.handler(args, ctx)
+        except ToolError as e:
+            raw = ToolResult(f"Error: {e}", True)
+        except TimeoutError:
+            raw = ToolResult(f"Error: {info.name} timed out after {info.timeout:g} s", True)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a tool bug must not end the turn
+            log.exception("tool %s crashed", info.name)
+            raw = ToolResult(f"Error: {info.name} failed unexpectedly ({type(e).__name__})", True)
+        result = raw if isinstance(raw, ToolResult) else ToolResult(str(raw), False)
+        if not shape:
+            return result
+        text = await shape_output(
+            result.content,
+            tool=info.name,
+            user_request=ctx.user_request,
+            cfg=self.cfg,
+            llm=ctx.llm,
+        )
+        return ToolResult(wrap_untrusted(text, info.name), result.is_error)
+
+    def validate(self, info: ToolInfo, args: dict[str, Any]) -> str | None:
+        if info.validator is None:
+            return None
+        errors = sorted(info.validator.iter_errors(args), key=lambda e: list(e.path))
+        if not errors:
+            return None
+        first = errors[0]
+        where = ".".join(str(p) for p in first.path)
+        return f"invalid arguments ({where + ': ' if where else ''}{first.message})"
+
+    async def check_permission(
+        self, info: ToolInfo, args: dict[str, Any], ctx: ToolContext
+    ) -> str | None:
+        """None when the call may run, else the refusal message for the model."""
+        level = self.level_for(info, ctx.frontend)
+        if level == "allow":
+            return None
+        if level == "deny":
+            return f"{info.name} is disabled by the owner's configuration; do not retry it."
+        if ctx.approver is None:
+            return f"{info.name} needs the owner's approval, and nobody can approve here."
+        try:
+            async with asyncio.timeout(self.cfg.tools.approval_timeout):
+                approved = await ctx.approver(info.name, args)
+        except TimeoutError:
+            return f"The owner did not approve {info.name} in time; it was not run."
+        if not approved:
+            return f"The owner declined {info.name}; it was not run."
+        return None
+
+
+# ---- helpers --------------------------------------------------------------------------
+
+
+def parse_arguments(raw: str | None) -> tuple[dict[str, Any], str | None]:
+    """(arguments, None) or ({}, what is wrong) for the raw JSON text the model produced."""
+    if raw is None or not raw.strip():
+        return {}, None
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as e:
+        return {}, f"arguments are not valid JSON ({e.msg} at position {e.pos})"
+    if not isinstance(value, dict):
+        return {}, "arguments must be a JSON object"
+    return value, None
+
+
+def usage_hint(info: ToolInfo) -> str:
+    props = info.parameters.get("properties", {})
+    required = set(info.parameters.get("required", []))
+    parts = []
+    for pname, p in props.items():
+        kind = p.get("type", "any")
+        parts.append(f"{pname}: {kind}{'' if pname in required else ' (optional)'}")
+    return "Expected a JSON object {" + ", ".join(parts) + "}"
+
+
+_CLOSE_TAG = re.compile(r"</?\s*untrusted", re.IGNORECASE)
+
+
+def wrap_untrusted(text: str, source: str) -> str:
+    """Mark text as data from a tool; tags inside the text are defused."""
+    safe_source = re.sub(r"[^A-Za-z0-9_.:-]", "_", source)
+    body = _CLOSE_TAG.sub(lambda m: m.group(0).replace("<", "&lt;"), text)
+    return f'<untrusted source="{safe_source}">\n{body}\n</untrusted>'
+
+
+# ---- schema from type hints and docstring ---------------------------------------------
+
+
+def schema_from_function(fn: Callable[..., Any]) -> tuple[str, dict[str, Any]]:
+    """(description, JSON schema) from ``fn``'s hints and Google-style docstring."""
+    doc = inspect.getdoc(fn) or ""
+    summary, arg_docs = parse_docstring(doc)
+    hints = typing.get_type_hints(fn)
+    props: dict[str, Any] = {}
+    required: list[str] = []
+    for pname, param in inspect.signature(fn).parameters.items():
+        if pname == "ctx" or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        schema = type_schema(hints.get(pname, Any))
+        if pname in arg_docs:
+            schema["description"] = arg_docs[pname]
+        if param.default is inspect.Parameter.empty:
+            required.append(pname)
+        elif param.default is not None:
+            schema["default"] = param.default
+        props[pname] = schema
+    params: dict[str, Any] = {"type": "object", "properties": props}
+    if required:
+        params["required"] = required
+    params["additionalProperties"] = False
+    return summary, params
+
+
+def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
+    """(text before ``Args:``, {parameter: description})."""
+    lines = doc.splitlines()
+    summary: list[str] = []
+    args: dict[str, str] = {}
+    current: str | None = None
+    section = "summary"
+    for line in lines:
+        stripped = line.strip()
+        if re.fullmatch(r"(Args|Arguments|Parameters):", stripped):
+            section = "args"
+            continue
+        if re.fullmatch(r"(Returns|Raises|Yields|Examples?|Notes?):", stripped):
+            section = "other"
+            continue
+        if section == "summary":
+            summary.append(line)
+        elif section == "args":
+            m = re.match(r"^\s{0,8}(\w+)\s*(\([^)]*\))?:\s*(.*)$", line)
+            if m and (not current or len(line) - len(line.lstrip()) <= 4):
+                current = m.group(1)
+                args[current] = m.group(3).strip()
+            elif current and stripped:
+                args[current] = (args[current] + " " + stripped).strip()
+    return "\n".join(summary).strip(), args
+
+
+def type_schema(tp: Any) -> dict[str, Any]:
+    """JSON schema for a Python annotation (str, int, float, bool, list, dict, Literal, X|None)."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        non_none = [a for a in args if a is not type(None)]
+        if len(non_none) == 1:
+            inner = type_schema(non_none[0])
+            if "type" in inner and isinstance(inner["type"], str):
+                inner["type"] = [inner["type"], "null"]
+            return inner
+        return {"anyOf": [type_schema(a) for a in args]}
+    if origin is Literal:
+        values = list(args)
+        kind = {str: "string", int: "integer", bool: "boolean"}.get(type(values[0]), "string")
+        return {"type": kind, "enum": values}
+    if origin in (list, tuple, set) or tp in (list, tuple, set):
+        schema: dict[str, Any] = {"type": "array"}
+        if args:
+            schema["items"] = type_schema(args[0])
+        return schema
+    if origin is dict or tp is dict:
+        return {"type": "object"}
+    simple = {str: "string", int: "integer", float: "number", bool: "boolean", Path: "string"}
+    if tp in simple:
+        return {"type": simple[tp]}
+    return {}

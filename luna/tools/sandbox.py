@@ -1,0 +1,148 @@
+"""Confinement for tool subprocesses: an allowlisted environment and the bubblewrap command.
+
+``tool_env(cfg)`` is the only way a tool subprocess (bash, MCP servers) gets an environment.
+``bwrap_command(cfg, argv, cwd)`` wraps a command so that, inside:
+
+- the whole filesystem is read-only, except the workspace and ``tools.write_roots``;
+- ``/tmp`` and ``/run`` are private (empty tmpfs), ``/dev`` is minimal, ``/proc`` belongs to a
+  new PID namespace (Luna's own ``/proc/<pid>/environ`` is not visible);
+- Luna's data folder (database, logs, tool outputs, ``.env``) is covered by an empty read-only
+  tmpfs, even though the workspace lives inside it by default (it is bound back on top);
+- the network is a new empty namespace unless ``tools.network`` is true;
+- the child dies with Luna (``--die-with-parent``) and cannot reach the terminal
+  (``--new-session``); the environment is cleared and rebuilt from the allowlist.
+
+Invariants:
+- ``DISCORD_TOKEN``, ``LLM_API_KEY``, every name in ``tools.secret_env`` and every variable whose
+  value is a configured secret never reach a tool environment, whatever the passthrough says.
+- ``sandbox_status`` never raises; ``probe=True`` runs a short subprocess (call it off the loop).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from luna.config import Config, secret_values
+
+BASE_ENV = ("PATH", "LANG", "LC_ALL", "TERM", "TZ")
+NEVER_ENV = frozenset({"DISCORD_TOKEN", "LLM_API_KEY"})
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def tool_env(cfg: Config, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for a tool subprocess, built from an allowlist."""
+    source = dict(os.environ if environ is None else environ)
+    blocked = NEVER_ENV | set(cfg.tools.secret_env)
+    secrets = set(secret_values(cfg))
+    env: dict[str, str] = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8"}
+    for name in (*BASE_ENV, *cfg.tools.env_passthrough):
+        if name in source and name not in blocked and source[name] not in secrets:
+            env[name] = source[name]
+    env["HOME"] = str(cfg.agent.workspace)
+    env["LUNA_WORKSPACE"] = str(cfg.agent.workspace)
+    return env
+
+
+def protected_paths(cfg: Config) -> list[Path]:
+    """Luna's private files and folders: never readable by tools."""
+    paths = [
+        cfg.data_dir,
+        cfg.memory.db_path,
+        cfg.observe.log_dir,
+        cfg.tools.outputs_dir,
+        cfg.data_dir / ".env",
+        cfg.base_dir / ".env",
+    ]
+    out: list[Path] = []
+    for p in paths:
+        rp = p.resolve()
+        if rp not in out:
+            out.append(rp)
+    return out
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def bwrap_command(
+    cfg: Config, argv: list[str], cwd: Path, env: dict[str, str] | None = None
+) -> list[str]:
+    """The bwrap command line that runs ``argv`` confined (see the module docstring)."""
+    workspace = cfg.agent.workspace.resolve()
+    writable = [workspace, *(p.resolve() for p in cfg.tools.write_roots)]
+    cmd = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    if not cfg.tools.network:
+        cmd += ["--tmpfs", "/run"]  # host sockets (dbus, docker) out of reach
+    hidden_dirs: list[Path] = []
+    for p in protected_paths(cfg):
+        if p.is_dir() and not any(_inside(p, h) for h in hidden_dirs):
+            hidden_dirs.append(p)
+            cmd += ["--tmpfs", str(p)]
+    for w in writable:
+        w.mkdir(parents=True, exist_ok=True)
+        cmd += ["--bind", str(w), str(w)]
+    for h in hidden_dirs:
+        cmd += ["--remount-ro", str(h)]
+    # Private things that live inside a writable root are covered again on top of the bind.
+    for p in protected_paths(cfg):
+        if any(_inside(p, w) for w in writable) and p not in writable:
+            if p.is_dir():
+                cmd += ["--tmpfs", str(p), "--remount-ro", str(p)]
+            elif p.exists():
+                cmd += ["--ro-bind", "/dev/null", str(p)]
+    cmd += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    if not cfg.tools.network:
+        cmd += ["--unshare-net"]
+    cmd += ["--die-with-parent", "--new-session", "--clearenv"]
+    for key, value in (env if env is not None else tool_env(cfg)).items():
+        cmd += ["--setenv", key, value]
+    cmd += ["--chdir", str(cwd), "--", *argv]
+    return cmd
+
+
+def sandbox_status(cfg: Config, *, probe: bool = True) -> tuple[bool, str]:
+    """(True, detail) when bash will run inside bubblewrap; else (False, why and what to do)."""
+    if not cfg.tools.sandbox:
+        return False, "sandbox disabled by tools.sandbox=false; bash asks before every command"
+    path = shutil.which("bwrap")
+    if path is None:
+        return False, (
+            "bwrap not found: install the 'bubblewrap' package; until then bash asks "
+            "before every command"
+        )
+    if not probe:
+        return True, f"bubblewrap at {path}"
+    try:
+        proc = subprocess.run(
+            [
+                "bwrap",
+                "--ro-bind",
+                "/",
+                "/",
+                "--dev",
+                "/dev",
+                "--proc",
+                "/proc",
+                "--unshare-pid",
+                "--unshare-net",
+                "--die-with-parent",
+                "--",
+                "true",
+            ],
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return False, f"bwrap failed to start ({e}); bash asks before every command"
+    if proc.returncode != 0:
+        err = proc.stderr.decode(errors="replace").strip()[:200]
+        return False, (
+            f"bwrap cannot create namespaces here ({err}); enable unprivileged user "
+            "namespaces or run as a user that may; bash asks before every command"
+        )
+    return True, f"bubblewrap at {path} (namespaces work)"

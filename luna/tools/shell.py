@@ -1,0 +1,150 @@
+"""The ``bash`` tool: one shell command in the workspace, confined by bubblewrap.
+
+Invariants:
+- The command runs in the workspace (or the sub-agent's folder inside it) with the allowlisted
+  environment from ``tool_env``; inside bwrap unless the sandbox is off or missing, in which
+  case the registry forces the 'ask' level for every call.
+- Timeout: ``tools.bash_timeout`` by default, never more than ``tools.bash_max_timeout``; on
+  timeout or cancellation the whole process group is killed (and bwrap's PID namespace with it).
+- Output (stdout and stderr interleaved) is read in chunks and capped at
+  ``tools.output_cap_bytes``: the head and the tail are kept, the middle is counted and dropped,
+  so a command printing gigabytes costs constant memory. The exit code is always reported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections import deque
+from pathlib import Path
+
+from luna.config import Config
+from luna.errors import ToolError
+from luna.tools.registry import ToolContext, ToolRegistry
+from luna.tools.sandbox import bwrap_command, sandbox_status, tool_env
+
+CHUNK = 65536
+
+
+class CappedBuffer:
+    """Keeps the first ``head`` and last ``tail`` bytes of a stream, counting the rest."""
+
+    def __init__(self, cap: int) -> None:
+        self.head_cap = max(cap * 4 // 5, 1)
+        self.tail_cap = max(cap - self.head_cap, 0)
+        self.head = bytearray()
+        self.tail: deque[bytes] = deque()
+        self.tail_len = 0
+        self.total = 0
+
+    def feed(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self.head_cap - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data and self.tail_cap:
+            self.tail.append(data)
+            self.tail_len += len(data)
+            while self.tail and self.tail_len - len(self.tail[0]) >= self.tail_cap:
+                self.tail_len -= len(self.tail.popleft())
+
+    def text(self) -> str:
+        head = self.head.decode("utf-8", "replace")
+        tail_bytes = b"".join(self.tail)[-self.tail_cap :] if self.tail_cap else b""
+        dropped = self.total - len(self.head) - len(tail_bytes)
+        if dropped <= 0:
+            return head + tail_bytes.decode("utf-8", "replace")
+        return (
+            f"{head}\n[... {dropped} bytes of output omitted (output cap) ...]\n"
+            + tail_bytes.decode("utf-8", "replace")
+        )
+
+
+async def run_command(
+    cfg: Config, command: str, *, limit: float, cwd: Path, sandboxed: bool
+) -> tuple[int | None, str, bool]:
+    """(exit code or None when killed, capped output, timed_out)."""
+    env = tool_env(cfg)
+    argv = ["/bin/bash", "-c", command]
+    if sandboxed:
+        argv = bwrap_command(cfg, argv, cwd, env)
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            cwd=str(cwd),
+            env=env,
+            start_new_session=True,
+        )
+    except OSError as e:
+        raise ToolError(f"could not start bash: {e.strerror}") from e
+    buf = CappedBuffer(cfg.tools.output_cap_bytes)
+    timed_out = False
+
+    async def pump() -> None:
+        assert proc.stdout is not None  # noqa: S101 - set by PIPE above
+        while chunk := await proc.stdout.read(CHUNK):
+            buf.feed(chunk)
+        await proc.wait()
+
+    try:
+        async with asyncio.timeout(limit):
+            await pump()
+    except TimeoutError:
+        timed_out = True
+    finally:
+        if proc.returncode is None:
+            _kill_group(proc.pid)
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await asyncio.shield(proc.wait())
+    code = None if timed_out else proc.returncode
+    return code, buf.text(), timed_out
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def register(reg: ToolRegistry, cfg: Config) -> None:
+    ok, _detail = sandbox_status(cfg, probe=False)
+    if not ok:
+        reg.forced_levels["bash"] = "ask"
+
+    @reg.tool(level="ask", timeout=None)
+    async def bash(
+        command: str,
+        timeout: float | None = None,  # noqa: ASYNC109 - the model-facing name
+        *,
+        ctx: ToolContext,
+    ) -> str:
+        """Run a bash command in your workspace and return its output and exit code.
+
+        The filesystem outside the workspace is read-only, /tmp is private and the network is
+        off unless the owner enabled it. Prefer short, non-interactive commands.
+
+        Args:
+            command: The bash command line to run.
+            timeout: Seconds before the command is killed (default 30, at most 120).
+        """
+        limit = cfg.tools.bash_timeout if timeout is None else float(timeout)
+        limit = min(max(limit, 1.0), cfg.tools.bash_max_timeout)
+        cwd = (ctx.workdir or cfg.agent.workspace).resolve()
+        workspace = cfg.agent.workspace.resolve()
+        if not (cwd == workspace or workspace in cwd.parents):
+            cwd = workspace
+        cwd.mkdir(parents=True, exist_ok=True)
+        code, output, timed_out = await run_command(
+            cfg, command, limit=limit, cwd=cwd, sandboxed=ok
+        )
+        if timed_out:
+            status = f"[timed out after {limit:g} s; the command and its children were killed]"
+        else:
+            status = f"[exit code: {code}]"
+        return f"{output.rstrip()}\n{status}" if output.strip() else status
