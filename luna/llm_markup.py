@@ -61,6 +61,7 @@ _DROPPED_TOKENS = (
     "<|endoftext|>",
     "<|end|>",
     "<end_of_turn>",
+    "<start_of_turn>",
 )
 _ALL_TAGS = tuple(_HIDDEN_OPENERS) + _DROPPED_TOKENS
 
