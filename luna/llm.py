@@ -280,6 +280,12 @@ class LLMClient:
             raise err from e
         finally:
             await stream.close()
+        if finish_reason is None:
+            err = LLMError(
+                f"the stream from the LLM at {self.endpoint} ended before the reply was complete"
+            )
+            self._log_call(None, start, stream=True, error=err)
+            raise err
         response = self._finish(
             content="".join(content),
             reasoning="".join(reasoning),

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import socket
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import httpx
 import pytest
 
+from luna import observe
 from luna.config import Config
 from luna.errors import LLMError, LLMUnreachableError
 from luna.llm import LLMClient, normalize_messages
@@ -341,3 +344,66 @@ def test_llm_markup_stream_filter_matches_clean_reply() -> None:
     content, reasoning, calls, _ = clean_reply(raw, "")
     assert shown.strip() == content == "Hello <world>"
     assert reasoning == "a" and [c.name for c in calls] == ["f"]
+
+
+async def test_llm_stream_cut_short_is_llm_error(
+    client: LLMClient, llm_server: FakeLLMServer
+) -> None:
+    llm_server.script(
+        Reply(tool_calls=[{"name": "read_file", "arguments": '{"path": "/x"}'}], abort_after=3)
+    )
+    with pytest.raises(LLMError, match="ended before the reply was complete"):
+        await _stream(client, tools=TOOLS)
+
+
+async def test_llm_stream_read_timeout_mid_stream(
+    luna_config: Callable[..., Config], llm_server: FakeLLMServer
+) -> None:
+    client = LLMClient(luna_config({"llm": {"timeout": 0.3, "max_retries": 0}}).llm)
+    llm_server.script(Reply(content="slow words here", chunk_size=5, chunk_delay=1.0))
+    col = Collector()
+    try:
+        with pytest.raises(LLMError, match="did not answer within"):
+            await client.stream(USER, on_text=col.on_text)
+    finally:
+        await client.close()
+    assert "slow words here".startswith("".join(col.text))
+
+
+async def test_llm_stream_cancel_propagates(client: LLMClient, llm_server: FakeLLMServer) -> None:
+    llm_server.script(Reply(content="x" * 40, chunk_size=1, chunk_delay=0.05))
+    first = asyncio.Event()
+
+    async def on_text(text: str) -> None:
+        first.set()
+
+    task = asyncio.create_task(client.stream(USER, on_text=on_text))
+    await first.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    llm_server.script(Reply(content="still usable"))
+    assert (await client.chat(USER)).content == "still usable"
+
+
+async def test_llm_logs_llm_call_event(
+    client: LLMClient, llm_server: FakeLLMServer, tmp_path: Path
+) -> None:
+    observe.setup(tmp_path / "logs", console=False)
+    try:
+        await client.chat(USER)
+        llm_server.script(Reply(status=400))
+        with pytest.raises(LLMError):
+            await client.stream(USER)
+    finally:
+        observe.shutdown()
+    lines = [
+        json.loads(line)
+        for f in (tmp_path / "logs").glob("luna-*.jsonl")
+        for line in f.read_text().splitlines()
+    ]
+    calls = [e for e in lines if e["event"] == "llm_call"]
+    assert len(calls) == 2
+    assert calls[0]["stream"] is False and calls[0]["prompt_tokens"] > 0 and not calls[0]["error"]
+    assert calls[1]["stream"] is True and "HTTP 400" in calls[1]["error"]
+    assert all(c["latency_ms"] >= 0 for c in calls)

@@ -44,7 +44,8 @@ class Reply:
     ``tool_calls`` items are ``{"name": str, "arguments": "<json text>" | dict, "id": optional}``.
     ``chunks`` (optional) gives the exact streamed content pieces; otherwise content is split
     into pieces of ``chunk_size`` characters. ``status`` != 200 answers with ``error_body``
-    (or a llama.cpp-style error object).
+    (or a llama.cpp-style error object). ``abort_after`` makes a stream stop abruptly (no
+    finish_reason, no ``[DONE]``) after that many SSE events, like a crashed server.
     """
 
     content: str = ""
@@ -59,6 +60,7 @@ class Reply:
     chunks: list[str] | None = None
     chunk_size: int = 4
     headers: dict[str, str] = field(default_factory=dict)
+    abort_after: int | None = None  # streaming: drop the connection after this many events
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Reply:
@@ -194,6 +196,10 @@ class FakeLLMServer:
         return reply, common // 4
 
 
+class _Aborted(Exception):
+    """Raised inside the handler to cut a scripted stream short."""
+
+
 def validate_messages(body: dict[str, Any]) -> str | None:
     """The error a strict llama.cpp/Qwen server would give, or None when acceptable."""
     messages = body.get("messages")
@@ -318,6 +324,8 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
                     self._stream(body, reply, cached)
                 else:
                     self._complete(body, reply, cached)
+            except _Aborted:
+                self.close_connection = True
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client went away (cancelled or timed out)
 
@@ -367,7 +375,12 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
                 }
                 send(obj)
 
+            sent = [0]
+
             def send(obj: Any) -> None:
+                if reply.abort_after is not None and sent[0] >= reply.abort_after:
+                    raise _Aborted
+                sent[0] += 1
                 data = obj if isinstance(obj, str) else json.dumps(obj)
                 self.wfile.write(f"data: {data}\n\n".encode())
                 self.wfile.flush()
