@@ -1,0 +1,322 @@
+"""Parse and validate ``mcp_servers.json``; adapt MCP names, schemas and results for the model.
+
+File format (``{"servers": {...}}``; the Claude-Desktop spelling ``"mcpServers"`` is accepted)::
+
+    {"servers": {
+        "time":    {"command": "python", "args": ["-m", "mcp_server_time"]},
+        "browser": {"command": "npx", "args": ["-y", "@playwright/mcp"], "expose": "catalog",
+                    "enabled": false},
+        "remote":  {"transport": "http", "url": "https://example.org/mcp",
+                    "headers": {"Authorization": "Bearer ${REMOTE_TOKEN}"}}
+    }}
+
+Per server: ``command``, ``args``, ``env``, ``cwd`` (stdio); ``url``, ``headers`` (http);
+``transport`` (``stdio`` | ``http``, default ``http`` when only ``url`` is given), ``enabled``
+(default true), ``timeout`` (seconds per call, default ``mcp.call_timeout``), ``expose``
+(``direct`` | ``catalog``, default ``direct``), ``permission`` (``allow`` | ``ask`` | ``deny``,
+default ``allow``: the owner chose to install the server; ``tools.permissions`` still overrides
+per tool name) and ``description`` (free text, ignored).
+
+Invariants:
+- ``"command": "python"`` (or ``python3``) means Luna's own interpreter, so a server installed
+  into Luna's virtualenv (``pip install mcp-server-time``) runs without PATH tricks.
+- ``${VAR}`` in ``env`` values, ``args``, ``cwd``, ``url`` and ``headers`` is expanded from the
+  environment mapping the caller passes; an unset variable makes that server invalid (it is not
+  silently replaced by an empty string).
+- A server process receives only the variables named in its ``env`` on top of a small
+  non-secret base (PATH, HOME, LANG, LC_ALL, TZ; the MCP SDK adds LOGNAME, SHELL, TERM, USER).
+  Secrets such as DISCORD_TOKEN or LLM_API_KEY reach a server only when its ``env`` names them.
+- A bad entry yields a ServerSpec with ``error`` set (reported by server name and skipped); one
+  bad entry never hides the others. Error messages never echo env or header values.
+- Server names match ``[A-Za-z0-9-]`` plus single inner underscores (no ``__``, no leading or
+  trailing ``_``, at most 32 characters), so ``<server>__`` is an unambiguous tool-name prefix.
+- Qualified tool names match ``^[a-zA-Z0-9_-]{1,64}$``; the mapping from a server's tool list
+  to names depends only on that list (tools are processed sorted by their original name).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from luna.errors import ConfigError
+
+BASE_ENV_VARS = ("PATH", "HOME", "LANG", "LC_ALL", "TZ")
+EXPOSE_MODES = ("direct", "catalog")
+TRANSPORTS = ("stdio", "http")
+PERMISSION_LEVELS = ("allow", "ask", "deny")
+DEFAULT_PERMISSION = "allow"
+MAX_NAME = 64
+MAX_SERVER_NAME = 32
+MAX_DESCRIPTION = 1024
+
+KNOWN_KEYS = (
+    "command", "args", "env", "cwd", "transport", "url", "headers",
+    "enabled", "timeout", "expose", "permission", "description",
+)  # fmt: skip
+
+_SERVER_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]|_(?!_))*(?<!_)$")
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_BAD_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """One validated entry of mcp_servers.json (``error`` set when it is invalid)."""
+
+    name: str
+    transport: str = "stdio"
+    command: str = ""
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # expanded, only the named variables
+    cwd: Path | None = None
+    url: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+    enabled: bool = True
+    timeout: float = 60.0
+    expose: str = "direct"
+    permission: str = DEFAULT_PERMISSION
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class ServersFile:
+    """The parsed file: specs in file order, plus a file-level error (unreadable / bad JSON)."""
+
+    path: Path
+    servers: list[ServerSpec]
+    error: str | None = None
+
+
+def load_servers(
+    path: Path, environ: Mapping[str, str], *, call_timeout: float = 60.0
+) -> ServersFile:
+    """Read and validate the servers file. Never raises for bad content; a missing file is empty.
+
+    Blocking file I/O: call it through ``asyncio.to_thread`` from async code.
+    """
+    if not path.exists():
+        return ServersFile(path, [])
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        return ServersFile(path, [], f"{path}: cannot read: {e}")
+    except json.JSONDecodeError as e:
+        return ServersFile(path, [], f"{path}: not valid JSON: {e}")
+    return parse_servers(data, environ, path=path, call_timeout=call_timeout)
+
+
+def parse_servers(
+    data: Any, environ: Mapping[str, str], *, path: Path, call_timeout: float = 60.0
+) -> ServersFile:
+    """Validate an already-decoded servers document."""
+    if not isinstance(data, dict):
+        return ServersFile(path, [], f"{path}: the top level must be an object with 'servers'")
+    table = data.get("servers", data.get("mcpServers", {}))
+    if not isinstance(table, dict):
+        return ServersFile(path, [], f"{path}: 'servers' must be an object of name -> server")
+    specs = [_parse_one(str(name), raw, environ, call_timeout) for name, raw in table.items()]
+    return ServersFile(path, specs)
+
+
+def _parse_one(name: str, raw: Any, environ: Mapping[str, str], call_timeout: float) -> ServerSpec:
+    try:
+        return _build_spec(name, raw, environ, call_timeout)
+    except ConfigError as e:
+        enabled = raw.get("enabled", True) if isinstance(raw, dict) else True
+        return ServerSpec(name=name, enabled=enabled is not False, error=str(e))
+
+
+def _build_spec(name: str, raw: Any, environ: Mapping[str, str], call_timeout: float) -> ServerSpec:
+    if not _SERVER_NAME.match(name) or len(name) > MAX_SERVER_NAME:
+        raise ConfigError(
+            f"server name {name!r} must use letters, digits, '-' and single inner '_' "
+            f"(at most {MAX_SERVER_NAME} characters)"
+        )
+    if not isinstance(raw, dict):
+        raise ConfigError("must be an object")
+    for key in raw:
+        if key not in KNOWN_KEYS:
+            close = difflib.get_close_matches(key, KNOWN_KEYS, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise ConfigError(f"unknown key {key!r}{hint}")
+
+    enabled = _typed(raw, "enabled", bool, True)
+    has_url = "url" in raw
+    transport = _typed(
+        raw, "transport", str, "http" if has_url and "command" not in raw else "stdio"
+    )
+    if transport not in TRANSPORTS:
+        raise ConfigError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
+    expose = _typed(raw, "expose", str, "direct")
+    if expose not in EXPOSE_MODES:
+        raise ConfigError(f"expose must be one of {', '.join(EXPOSE_MODES)}, got {expose!r}")
+    permission = _typed(raw, "permission", str, DEFAULT_PERMISSION)
+    if permission not in PERMISSION_LEVELS:
+        raise ConfigError(f"permission must be one of {', '.join(PERMISSION_LEVELS)}")
+    timeout = raw.get("timeout", call_timeout)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+        raise ConfigError("timeout must be a positive number of seconds")
+    _typed(raw, "description", str, "")
+
+    spec: dict[str, Any] = {}
+    if transport == "stdio":
+        command = _typed(raw, "command", str, "")
+        if not command.strip():
+            raise ConfigError("stdio transport needs a 'command'")
+        args = raw.get("args", [])
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            raise ConfigError("args must be a list of strings")
+        command = _expand(command, environ, "command")
+        spec["command"] = sys.executable if command in ("python", "python3") else command
+        spec["args"] = [_expand(a, environ, f"args[{i}]") for i, a in enumerate(args)]
+        env = _string_table(raw, "env")
+        spec["env"] = {k: _expand(v, environ, f"env.{k}") for k, v in env.items()}
+        cwd = _typed(raw, "cwd", str, "")
+        spec["cwd"] = Path(_expand(cwd, environ, "cwd")).expanduser() if cwd else None
+        for key in ("url", "headers"):
+            if key in raw:
+                raise ConfigError(f"{key!r} only applies to the http transport")
+    else:
+        url = _expand(_typed(raw, "url", str, ""), environ, "url")
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError("http transport needs a 'url' starting with http:// or https://")
+        spec["url"] = url
+        headers = _string_table(raw, "headers")
+        spec["headers"] = {k: _expand(v, environ, f"headers.{k}") for k, v in headers.items()}
+        for key in ("command", "args", "env", "cwd"):
+            if key in raw:
+                raise ConfigError(f"{key!r} only applies to the stdio transport")
+    return ServerSpec(
+        name=name,
+        transport=transport,
+        enabled=enabled,
+        timeout=float(timeout),
+        expose=expose,
+        permission=permission,
+        **spec,
+    )
+
+
+def _typed(raw: dict[str, Any], key: str, tp: type, default: Any) -> Any:
+    value = raw.get(key, default)
+    if not isinstance(value, tp):
+        raise ConfigError(f"{key} must be a {tp.__name__}")
+    return value
+
+
+def _string_table(raw: dict[str, Any], key: str) -> dict[str, str]:
+    value = raw.get(key, {})
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise ConfigError(f"{key} must be an object of strings")
+    return value
+
+
+def _expand(text: str, environ: Mapping[str, str], where: str) -> str:
+    def sub(m: re.Match[str]) -> str:
+        var = m.group(1)
+        if var not in environ:
+            raise ConfigError(f"{where}: environment variable {var} is not set")
+        return environ[var]
+
+    return _VAR.sub(sub, text)
+
+
+def server_env(spec: ServerSpec, environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment for a stdio server: the non-secret base plus the server's own ``env``."""
+    base = {k: environ[k] for k in BASE_ENV_VARS if k in environ}
+    return base | spec.env
+
+
+# ---- names and schemas ----------------------------------------------------------------------
+
+
+def qualify_names(server: str, tool_names: Iterable[str]) -> dict[str, str]:
+    """Map each original tool name to a unique ``<server>__<tool>`` function name.
+
+    Invalid characters become ``_``; a name too long for 64 characters is cut and given a short
+    hash of the original; a remaining clash gets ``_2``, ``_3``... in sorted original-name order.
+    """
+    prefix = f"{server}__"
+    room = MAX_NAME - len(prefix)
+    taken: set[str] = set()
+    result: dict[str, str] = {}
+    for original in sorted(set(tool_names)):
+        base = _BAD_CHARS.sub("_", original) or "tool"
+        if len(base) > room:
+            digest = hashlib.sha1(original.encode()).hexdigest()[:6]
+            base = f"{base[: room - 7]}_{digest}"
+        candidate, n = base, 2
+        while candidate in taken:
+            suffix = f"_{n}"
+            candidate = f"{base[: room - len(suffix)]}{suffix}"
+            n += 1
+        taken.add(candidate)
+        result[original] = prefix + candidate
+    return result
+
+
+def to_parameters(input_schema: Any) -> dict[str, Any]:
+    """Turn an MCP tool's JSON-Schema ``inputSchema`` into function-calling ``parameters``."""
+    schema = dict(input_schema) if isinstance(input_schema, dict) else {}
+    schema.pop("$schema", None)
+    schema.pop("title", None)
+    schema["type"] = "object"
+    props = schema.get("properties")
+    schema["properties"] = props if isinstance(props, dict) else {}
+    required = schema.get("required")
+    if required is not None and not (
+        isinstance(required, list) and all(isinstance(r, str) for r in required)
+    ):
+        schema.pop("required")
+    return schema
+
+
+def tool_description(server: str, name: str, description: str | None, title: str | None) -> str:
+    """A short description for the model, naming the server the tool comes from."""
+    text = (description or title or f"The '{name}' tool").strip()
+    if len(text) > MAX_DESCRIPTION:
+        text = text[: MAX_DESCRIPTION - 1].rstrip() + "…"
+    return f"{text} (MCP server '{server}')"
+
+
+def describe_result(result: Any) -> str:
+    """Join a ``CallToolResult``'s content as text; describe non-text parts, never drop them."""
+    parts: list[str] = []
+    for item in getattr(result, "content", None) or []:
+        kind = getattr(item, "type", "")
+        if kind == "text":
+            parts.append(item.text)
+        elif kind in ("image", "audio"):
+            parts.append(f"[{item.mime_type}, {_size(len(item.data) * 3 // 4)}]")
+        elif kind == "resource_link":
+            mime = f", {item.mime_type}" if item.mime_type else ""
+            parts.append(f"[resource link: {item.name} {item.uri}{mime}]")
+        elif kind == "resource":
+            res = item.resource
+            text = getattr(res, "text", None)
+            if text is not None:
+                parts.append(f"[resource {res.uri}]\n{text}")
+            else:
+                blob = getattr(res, "blob", "") or ""
+                mime = res.mime_type or "application/octet-stream"
+                parts.append(f"[resource {res.uri}, {mime}, {_size(len(blob) * 3 // 4)}]")
+        else:
+            parts.append(f"[{kind or type(item).__name__} content]")
+    structured = getattr(result, "structured_content", None)
+    if not parts and structured is not None:
+        parts.append(json.dumps(structured, ensure_ascii=False))
+    return "\n".join(parts) if parts else "(no output)"
+
+
+def _size(n: int) -> str:
+    return f"{n} bytes" if n < 1024 else f"{n / 1024:.0f} KB"

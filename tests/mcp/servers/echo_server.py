@@ -1,0 +1,106 @@
+"""A small MCP test server (stdio by default, streamable HTTP with ``--http PORT``).
+
+Tools: echo, add, fail (isError), picture (image content), big (large text), sleep,
+crash (kills its own process), add_tool (adds a tool and sends tools/list_changed),
+env (reads an environment variable), pid (the server's process id).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import os
+import sys
+
+from mcp.server.mcpserver import Context, Image, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+mcp = MCPServer("echo-test")
+
+# A 1x1 PNG.
+_PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+)
+
+
+@mcp.tool()
+def echo(text: str) -> str:
+    """Return the text unchanged."""
+    return text
+
+
+@mcp.tool()
+def add(a: int, b: int = 2) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@mcp.tool()
+def fail(reason: str) -> str:
+    """Always fail with the given reason."""
+    raise ToolError(f"failed on purpose: {reason}")
+
+
+@mcp.tool()
+def picture() -> list:
+    """Return a caption and a tiny PNG image."""
+    return ["a tiny picture", Image(data=_PNG, format="png")]
+
+
+@mcp.tool()
+def big(n: int) -> str:
+    """Return n lines of text."""
+    return "\n".join(f"line {i} of the big output" for i in range(n))
+
+
+@mcp.tool()
+async def sleep(seconds: float) -> str:
+    """Sleep, then answer."""
+    await asyncio.sleep(seconds)
+    return f"slept {seconds}"
+
+
+@mcp.tool()
+def crash() -> str:
+    """Kill this server process without answering."""
+    sys.stdout.flush()
+    os._exit(3)
+
+
+@mcp.tool()
+def pid() -> int:
+    """The server's process id."""
+    return os.getpid()
+
+
+@mcp.tool()
+def env(name: str) -> str:
+    """The value of an environment variable, or '<unset>'."""
+    return os.environ.get(name, "<unset>")
+
+
+@mcp.tool()
+async def add_tool(name: str, ctx: Context) -> str:
+    """Add a new tool called `name` and notify the client."""
+
+    def extra() -> str:
+        return f"I am {name}"
+
+    mcp.add_tool(extra, name=name, description=f"Dynamically added tool {name}.")
+    await ctx.session.send_tool_list_changed()
+    return f"added {name}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--http", type=int, default=None, help="serve streamable HTTP on PORT")
+    args = parser.parse_args()
+    if args.http is not None:
+        mcp.run("streamable-http", host="127.0.0.1", port=args.http)
+    else:
+        mcp.run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,186 @@
+"""MCPManager against real MCP server subprocesses (stdio) and a loopback streamable-HTTP one."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from mcp_helpers import CRASHING, HANGING, PY, child_pids, echo_entry, wait_until
+
+from luna.config import Config
+from luna.messages import ToolCall
+from luna.tools.registry import ToolContext
+
+READY = 60.0  # generous upper bound for wait_ready on a loaded 2-core machine
+
+
+def ctx() -> ToolContext:
+    return ToolContext(
+        session_id="s", frontend="cli", user_request="", approver=None, llm=None, run_subagent=None
+    )
+
+
+async def started(make, cfg: Config, environ: dict[str, str] | None = None):
+    manager, registry = make(cfg, environ)
+    await manager.start()
+    assert await manager.wait_ready(READY), "servers did not finish starting"
+    return manager, registry
+
+
+async def test_manager_registers_namespaced_tools_and_calls_them(mcp_cfg, mcp_manager) -> None:
+    cfg = mcp_cfg({"echo": echo_entry()})
+    manager, registry = await started(mcp_manager, cfg)
+    (status,) = manager.status()
+    assert (status.name, status.state, status.error) == ("echo", "running", None)
+    names = registry.names()
+    assert {"echo__echo", "echo__add", "echo__crash", "echo__add_tool"} <= set(names)
+    assert status.tools == len([n for n in names if n.startswith("echo__")])
+    spec = {s["function"]["name"]: s["function"] for s in registry.specs()}["echo__add"]
+    assert spec["parameters"]["required"] == ["a"]
+    assert spec["parameters"]["properties"]["a"]["type"] == "integer"
+    assert "Add two integers" in spec["description"]
+
+    result = await manager.call("echo__add", {"a": 40})
+    assert (result.content, result.is_error) == ("42", False)
+    # The same call through the registry: validated, shaped and wrapped as untrusted.
+    via_registry = await registry.execute(ToolCall("c1", "echo__echo", '{"text": "hi"}'), ctx())
+    assert not via_registry.is_error
+    assert "hi" in via_registry.content and "<untrusted" in via_registry.content
+
+
+async def test_manager_reports_errors_and_describes_images(mcp_cfg, mcp_manager) -> None:
+    manager, _ = await started(mcp_manager, mcp_cfg({"echo": echo_entry()}))
+    failed = await manager.call("echo__fail", {"reason": "because"})
+    assert failed.is_error and "because" in failed.content
+    picture = await manager.call("echo__picture", {})
+    assert not picture.is_error
+    assert picture.content.splitlines()[0] == "a tiny picture"
+    assert picture.content.splitlines()[1].startswith("[image/png, ")
+    unknown = await manager.call("echo__nope", {})
+    assert unknown.is_error and "Unknown MCP tool" in unknown.content
+
+
+async def test_manager_published_time_server_runs_offline(mcp_cfg, mcp_manager) -> None:
+    cfg = mcp_cfg({"time": {"command": "python", "args": ["-m", "mcp_server_time"]}})
+    manager, registry = await started(mcp_manager, cfg)
+    (status,) = manager.status()
+    assert status.state == "running", status.error
+    assert "time__get_current_time" in registry.names()
+    result = await manager.call("time__get_current_time", {"timezone": "UTC"})
+    assert not result.is_error, result.content
+    assert json.loads(result.content)["timezone"] == "UTC"
+
+
+async def test_manager_streamable_http_server(mcp_cfg, mcp_manager, http_echo_server) -> None:
+    cfg = mcp_cfg({"remote": {"url": http_echo_server, "headers": {"X-Test": "1"}}})
+    manager, registry = await started(mcp_manager, cfg)
+    (status,) = manager.status()
+    assert (status.state, status.transport) == ("running", "http"), status.error
+    assert "remote__echo" in registry.names()
+    result = await manager.call("remote__echo", {"text": "over http"})
+    assert (result.content, result.is_error) == ("over http", False)
+
+
+async def test_manager_restarts_a_crashed_server_on_the_next_call(mcp_cfg, mcp_manager) -> None:
+    manager, _ = await started(mcp_manager, mcp_cfg({"echo": echo_entry()}))
+    first_pid = int((await manager.call("echo__pid", {})).content)
+    crashed = await manager.call("echo__crash", {})
+    # The crash is noticed, the server restarted, the call retried once and it crashed again.
+    assert crashed.is_error and "not retrying" in crashed.content
+    after = await manager.call("echo__echo", {"text": "back"})
+    assert (after.content, after.is_error) == ("back", False)
+    second_pid = int((await manager.call("echo__pid", {})).content)
+    assert second_pid != first_pid
+    assert manager.status()[0].restarts == 2
+    assert manager.status()[0].state == "running"
+
+
+async def test_manager_call_timeout_is_reported_and_server_stays_usable(
+    mcp_cfg, mcp_manager
+) -> None:
+    manager, _ = await started(mcp_manager, mcp_cfg({"echo": echo_entry(timeout=1)}))
+    slow = await manager.call("echo__sleep", {"seconds": 30})
+    assert slow.is_error and "timed out after 1 s" in slow.content
+    quick = await manager.call("echo__echo", {"text": "still here"})
+    assert (quick.content, quick.is_error) == ("still here", False)
+
+
+async def test_manager_broken_and_hanging_servers_do_not_block_others(mcp_cfg, mcp_manager) -> None:
+    cfg = mcp_cfg(
+        {
+            "hang": {"command": PY, "args": [HANGING]},
+            "nocmd": {"command": "/nonexistent/luna-mcp-server"},
+            "crashy": {"command": PY, "args": [CRASHING]},
+            "bad": {"comand": "typo"},
+            "off": {"command": "whatever", "enabled": False},
+            "echo": echo_entry(),
+        },
+        {"mcp": {"start_timeout": 4.0}},
+    )
+    manager, registry = mcp_manager(cfg)
+    await manager.start()  # returns at once: the hanging server is still starting
+    assert {s.name: s.state for s in manager.status()}["hang"] == "starting"
+    # echo becomes usable while "hang" is still inside its start timeout.
+    await wait_until(lambda: "echo__echo" in registry.names(), "echo's tools")
+    assert {s.name: s.state for s in manager.status()}["hang"] == "starting"
+    result = await manager.call("echo__echo", {"text": "first"})
+    assert result.content == "first"
+    assert await manager.wait_ready(READY)
+    states = {s.name: (s.state, s.error or "") for s in manager.status()}
+    assert states["echo"][0] == "running"
+    assert states["hang"] == ("failed", states["hang"][1]) and "timed out" in states["hang"][1]
+    assert states["nocmd"][0] == "failed" and "not found" in states["nocmd"][1]
+    assert states["crashy"][0] == "failed" and "giving up immediately" in states["crashy"][1]
+    assert states["bad"][0] == "failed" and "comand" in states["bad"][1]
+    assert states["off"][0] == "disabled"
+    assert not [n for n in registry.names() if n.split("__")[0] in ("hang", "nocmd", "crashy")]
+
+
+async def test_manager_refreshes_tools_on_list_changed(mcp_cfg, mcp_manager) -> None:
+    manager, registry = await started(mcp_manager, mcp_cfg({"echo": echo_entry()}))
+    assert "echo__fresh_tool" not in registry.names()
+    added = await manager.call("echo__add_tool", {"name": "fresh_tool"})
+    assert added.content == "added fresh_tool"
+    # The refresh runs in the server's runner task, after the notification arrives.
+    await wait_until(lambda: "echo__fresh_tool" in registry.names(), "the refreshed tool list")
+    result = await manager.call("echo__fresh_tool", {})
+    assert result.content == "I am fresh_tool"
+
+
+async def test_manager_passes_only_named_env_variables(mcp_cfg, mcp_manager) -> None:
+    environ = dict(os.environ, DISCORD_TOKEN="discord-secret", LUNA_TEST_VALUE="visible")
+    cfg = mcp_cfg({"echo": echo_entry(env={"GIVEN": "${LUNA_TEST_VALUE}"})})
+    manager, _ = await started(mcp_manager, cfg, environ)
+    assert (await manager.call("echo__env", {"name": "GIVEN"})).content == "visible"
+    assert (await manager.call("echo__env", {"name": "DISCORD_TOKEN"})).content == "<unset>"
+    assert (await manager.call("echo__env", {"name": "LUNA_TEST_VALUE"})).content == "<unset>"
+
+
+async def test_manager_catalog_expose_and_permission(mcp_cfg, mcp_manager) -> None:
+    cfg = mcp_cfg({"echo": echo_entry(expose="catalog", permission="ask")})
+    manager, registry = await started(mcp_manager, cfg)
+    catalog = {i.name: i for i in registry.catalog()}
+    assert "echo__echo" in catalog and catalog["echo__echo"].level == "ask"
+    assert "echo__echo" not in {s["function"]["name"] for s in registry.specs()}
+
+
+async def test_manager_stop_leaves_no_server_processes(mcp_cfg, mcp_manager) -> None:
+    before = child_pids()
+    cfg = mcp_cfg(
+        {"a": echo_entry(), "b": echo_entry(), "hang": {"command": PY, "args": [HANGING]}},
+        {"mcp": {"start_timeout": 60.0}},
+    )
+    manager, registry = mcp_manager(cfg)
+    await manager.start()
+    await wait_until(
+        lambda: len([s for s in manager.status() if s.state == "running"]) == 2, "a and b"
+    )
+    pids = {int((await manager.call(f"{n}__pid", {})).content) for n in ("a", "b")}
+    spawned = child_pids() - before
+    assert pids <= spawned and len(spawned) >= 3  # a, b and the still-starting hang server
+    await manager.stop()
+    assert child_pids() & spawned == set()
+    assert {s.state for s in manager.status()} == {"stopped"}
+    assert not [n for n in registry.names() if "__" in n]
+    after_stop = await manager.call("a__echo", {"text": "x"})
+    assert after_stop.is_error
