@@ -9,6 +9,8 @@
 - Luna's data folder (database, logs, tool outputs, ``.env``) is covered by an empty read-only
   tmpfs, even though the workspace lives inside it by default (it is bound back on top);
 - the network is a new empty namespace unless ``tools.network`` is true;
+- no capabilities, even when Luna runs as root (``--cap-drop ALL``), so nothing can be
+  remounted;
 - the child dies with Luna (``--die-with-parent``) and cannot reach the terminal
   (``--new-session``); the environment is cleared and rebuilt from the allowlist.
 
@@ -97,7 +99,8 @@ def bwrap_command(
     cmd += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     if not cfg.tools.network:
         cmd += ["--unshare-net"]
-    cmd += ["--die-with-parent", "--new-session", "--clearenv"]
+    # Run as root (not advised), bwrap would keep every capability: mount could undo all this.
+    cmd += ["--cap-drop", "ALL", "--die-with-parent", "--new-session", "--clearenv"]
     for key, value in (env if env is not None else tool_env(cfg)).items():
         cmd += ["--setenv", key, value]
     cmd += ["--chdir", str(cwd), "--", *argv]
