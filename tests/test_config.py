@@ -18,7 +18,9 @@ from luna.errors import ConfigError
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run_luna(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def run_luna(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("LUNA_", "LLM_"))}
     full_env.pop("DISCORD_TOKEN", None)
     full_env["PYTHONPATH"] = str(REPO)

@@ -58,8 +58,9 @@ def wait_for(predicate, timeout: float = 60.0) -> None:  # noqa: ANN001
 
 
 async def stored_history(tmp_path: Path, session: str | None = None) -> list[dict]:
-    cfg = build_config({}, {"MEMORY_DB_PATH": str(tmp_path / "data" / "luna.db")},
-                       base_dir=tmp_path)
+    cfg = build_config(
+        {}, {"MEMORY_DB_PATH": str(tmp_path / "data" / "luna.db")}, base_dir=tmp_path
+    )
     memory = Memory(cfg.memory)
     await memory.open(background=False)
     try:
@@ -88,8 +89,10 @@ def test_repl_piped_stdin_answers_each_line_and_exits_zero(
 
 def test_repl_commands_and_memories(tmp_path: Path, llm_server: FakeLLMServer) -> None:
     proc = start_repl(tmp_path, llm_server.url)
-    script = "/help\n/session\n/remember my bike is a green Brompton\n/memories\n" \
-             "/memories bicycle\n/new\n/session\n/bogus\n/quit\nnever sent\n"
+    script = (
+        "/help\n/session\n/remember my bike is a green Brompton\n/memories\n"
+        "/memories bicycle\n/new\n/session\n/bogus\n/quit\nnever sent\n"
+    )
     out, err = proc.communicate(script, timeout=120)
     assert proc.returncode == 0, err
     assert "/remember TEXT" in out  # help
@@ -103,8 +106,14 @@ def test_repl_commands_and_memories(tmp_path: Path, llm_server: FakeLLMServer) -
 
 def test_repl_tool_calls_print_inline(tmp_path: Path, llm_server: FakeLLMServer) -> None:
     llm_server.script(
-        Reply(tool_calls=[{"name": "write_file",
-                           "arguments": json.dumps({"path": "note.txt", "content": "hi"})}]),
+        Reply(
+            tool_calls=[
+                {
+                    "name": "write_file",
+                    "arguments": json.dumps({"path": "note.txt", "content": "hi"}),
+                }
+            ]
+        ),
         Reply(content="Saved it."),
     )
     proc = start_repl(tmp_path, llm_server.url)
@@ -187,8 +196,14 @@ async def test_repl_sigterm_lets_turn_finish_then_exits(
 
 @pytest.mark.parametrize("flag", ["--help"])
 def test_cli_help_lists_commands(tmp_path: Path, flag: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "luna", flag], cwd=tmp_path, capture_output=True,
-                          text=True, env=repl_env(tmp_path, "http://127.0.0.1:9/v1"), timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "luna", flag],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=repl_env(tmp_path, "http://127.0.0.1:9/v1"),
+        timeout=60,
+    )
     assert proc.returncode == 0
     for command in ("repl", "config", "memory", "mcp", "doctor", "stats"):
         assert command in proc.stdout, command
