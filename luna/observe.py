@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +36,14 @@ _log = logging.getLogger("luna")
 class EventLog:
     """Append-only JSON-lines writer with daily files."""
 
-    def __init__(self, log_dir: Path, secrets: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        log_dir: Path,
+        secrets: list[str] | None = None,
+        today: Callable[[], str] | None = None,
+    ) -> None:
         self.log_dir = log_dir
+        self._today = today or (lambda: dt.datetime.now().strftime("%Y-%m-%d"))
         self._secrets = [s for s in (secrets or []) if s]
         self._lock = threading.Lock()
         self._day: str | None = None
@@ -54,7 +60,7 @@ class EventLog:
     def write(self, record: dict[str, Any]) -> None:
         try:
             line = self._scrub(json.dumps(record, default=str, ensure_ascii=False))
-            day = dt.datetime.now().strftime("%Y-%m-%d")
+            day = self._today()
             with self._lock:
                 if day != self._day:
                     if self._file:
