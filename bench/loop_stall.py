@@ -182,8 +182,11 @@ class StallSampler:
             if stack[-1].name == "select" and "selectors" in stack[-1].filename:
                 self.samples["(waiting for CPU/GIL in select)"] += 1
                 continue
-            own = [f for f in stack if "/asyncio/" not in f.filename][-4:]
-            key = " <- ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(own))
+            # The innermost frame, then the nearest callers outside asyncio's machinery.
+            own = [f for f in stack[:-1] if "/asyncio/" not in f.filename][-3:]
+            key = " <- ".join(
+                f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in [stack[-1], *own[::-1]]
+            )
             self.samples[key] += 1
 
     def report(self, top: int = 12) -> str:
