@@ -12,6 +12,7 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -62,9 +63,6 @@ class ReactionApprover:
         if msg is None:
             log_event("tool_approval", tool=tool_name, outcome="denied", reason="prompt failed")
             return False
-        for emoji in (APPROVE, DENY):
-            await safe_call("add_reaction", msg.add_reaction(emoji))
-
         def check(payload: discord.RawReactionActionEvent) -> bool:
             return (
                 payload.message_id == msg.id
@@ -72,15 +70,23 @@ class ReactionApprover:
                 and str(payload.emoji) in (APPROVE, DENY)
             )
 
+        # Listen before adding our own reactions: a quick owner must not be missed. Answer a
+        # little before the registry's own approval timeout would cancel us.
+        wait = self.timeout - min(1.0, self.timeout * 0.1)
+        waiter = asyncio.ensure_future(
+            self.client.wait_for("raw_reaction_add", check=check, timeout=wait)
+        )
         try:
-            # Answer a little before the registry's own approval timeout cancels us.
-            wait = self.timeout - min(1.0, self.timeout * 0.1)
-            payload = await self.client.wait_for("raw_reaction_add", check=check, timeout=wait)
+            for emoji in (APPROVE, DENY):
+                await safe_call("add_reaction", msg.add_reaction(emoji))
+            payload = await waiter
         except TimeoutError:
             allowed, outcome = False, "timeout"
         else:
             allowed = str(payload.emoji) == APPROVE
             outcome = "approved" if allowed else "denied"
+        finally:
+            waiter.cancel()
         log_event("tool_approval", tool=tool_name, outcome=outcome)
         shown = {"approved": "✅ allowed", "denied": "❌ denied", "timeout": "⏱️ no answer: denied"}
         await safe_call("edit_approval", msg.edit(content=f"-# 🔐 `{tool_name}`: {shown[outcome]}"))

@@ -168,6 +168,8 @@ class LunaBot(discord.Client):
         """Route one message and hand it to the pipeline (or drop it)."""
         if self.user is None or message.author.id == self.user.id:
             return
+        if message.type not in (discord.MessageType.default, discord.MessageType.reply):
+            return  # joins, pins, thread-created notices...
         route = decide(self.facts(message), self.cfg.discord)
         if route is None:
             return

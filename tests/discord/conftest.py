@@ -66,6 +66,19 @@ async def _fake_start_thread(
     return data
 
 
+def _patch_reaction_payloads(state: Any) -> None:
+    """dpytest 0.7 omits ``type`` from reaction events, which discord.py 2.7 requires."""
+    for name in ("parse_message_reaction_add", "parse_message_reaction_remove"):
+        original = getattr(state, name)
+
+        def parse(data: dict[str, Any], _original: Any = original) -> Any:
+            data.setdefault("type", 0)
+            data.setdefault("burst", False)
+            return _original(data)
+
+        setattr(state, name, parse)
+
+
 def tools_registry(cfg: Config) -> ToolRegistry:
     registry = ToolRegistry(cfg)
 
@@ -152,6 +165,7 @@ async def make_harness(
         opened.append((bot, memory, llm))
         await bot._async_setup_hook()  # dpytest: binds the client to the running loop
         dpytest.configure(bot, members=0)
+        _patch_reaction_payloads(backend.get_state())
         config = dpytest.get_config()
         guild, channel = config.guilds[0], config.channels[0]
         members = {}
