@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -30,7 +31,7 @@ from pathlib import Path
 
 import httpx
 
-from luna.config import Config
+from luna.config import Config, LLMConfig
 from luna.errors import LLMError
 from luna.observe import log_event
 
@@ -39,6 +40,7 @@ _log = logging.getLogger(__name__)
 MODEL_ALIAS = "gemma-3-270m"
 DEFAULT_N_CTX = 4096
 DEFAULT_START_TIMEOUT = 120.0
+DEMO_MAX_TOKENS = 256  # the base model babbles until the context is full otherwise
 STOP_GRACE = 5.0
 DEMO_NOTICE = (
     "Using the embedded demo model (Gemma 3 270M, a tiny base model: weak at chat, no tool "
@@ -117,6 +119,16 @@ class EmbeddedModel:
     @property
     def endpoint(self) -> str:
         return f"http://{self.host}:{self.port}/v1"
+
+    def llm_config(self, base: LLMConfig) -> LLMConfig:
+        """``base`` pointed at this server, with limits that suit the tiny model."""
+        return dataclasses.replace(
+            base,
+            endpoint=self.endpoint,
+            model=MODEL_ALIAS,
+            max_tokens=min(base.max_tokens, DEMO_MAX_TOKENS),
+            context_tokens=self.n_ctx,
+        )
 
     @property
     def pid(self) -> int | None:

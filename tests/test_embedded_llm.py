@@ -48,7 +48,8 @@ async def embedded(embedded_cfg: Config) -> AsyncIterator[EmbeddedModel]:
 
 @pytest_asyncio.fixture(loop_scope="module")
 async def client(embedded: EmbeddedModel, embedded_cfg: Config) -> AsyncIterator[LLMClient]:
-    cfg = dataclasses.replace(embedded_cfg.llm, endpoint=embedded.endpoint, max_tokens=8)
+    cfg = dataclasses.replace(embedded.llm_config(embedded_cfg.llm), max_tokens=8)
+    assert cfg.endpoint == embedded.endpoint and cfg.model == MODEL_ALIAS
     c = LLMClient(cfg)
     yield c
     await c.close()
