@@ -60,7 +60,7 @@ def run_one(name: str, *, quick: bool, timeout: float, echo: bool = True) -> dic
             "benchmark": name,
             "status": "missing",
             "seconds": 0.0,
-            "error": f"{script.relative_to(ROOT)} does not exist",
+            "error": f"{script} does not exist",
         }
     cmd = [sys.executable, str(script)] + (["--quick"] if quick else [])
     env = {
