@@ -1,0 +1,71 @@
+"""End to end: the REPL with no endpoint configured starts the real embedded demo model.
+
+This runs the real llama.cpp server (llama-cpp-python) with Gemma 3 270M: no stand-ins.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_repl_without_endpoint_starts_embedded_model_and_answers(tmp_path: Path) -> None:
+    assert not port_open(8001), (
+        "something listens on localhost:8001 (a real llama-server?); this test needs the "
+        "default endpoint to be down so Luna falls back to the embedded model"
+    )
+    port = free_port()
+    (tmp_path / "config.toml").write_text(
+        f"[llm]\nembedded_port = {port}\nmax_tokens = 16\n[observe]\nconsole = false\n"
+    )
+    (tmp_path / "mcp_servers.json").write_text('{"servers": {}}')
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LUNA_", "LLM_"))}
+    env.pop("DISCORD_TOKEN", None)
+    env.update(PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "luna"],
+        cwd=tmp_path,
+        env=env,
+        input="Complete the list: one, two, three,\n",
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "embedded demo model" in proc.stdout
+    assert "LLM_ENDPOINT" in proc.stdout  # says how to point Luna at a real server
+    reply = proc.stdout.split("LLM_ENDPOINT=http://HOST:PORT/v1", 1)[1].splitlines()[1:]
+    assert "".join(reply).strip(), proc.stdout  # the model said something
+    assert "error:" not in proc.stdout
+    assert not port_open(port), "the embedded server outlived Luna"
+    # The explicit endpoint is never replaced: with LLM_ENDPOINT set and down, no fallback.
+    env["LLM_ENDPOINT"] = f"http://127.0.0.1:{free_port()}/v1"
+    down = subprocess.run(
+        [sys.executable, "-m", "luna"],
+        cwd=tmp_path,
+        env=env,
+        input="hello\n",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert down.returncode == 0
+    assert "embedded demo model" not in down.stdout
+    assert "error: " in down.stdout and env["LLM_ENDPOINT"].split("/v1")[0] in down.stdout
