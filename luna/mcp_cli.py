@@ -1,20 +1,55 @@
 """``luna mcp list | tools [SERVER] | call SERVER__TOOL JSON``: inspect and debug MCP servers.
 
 Invariants: every command starts only the servers it needs, waits at most
-``mcp.start_timeout`` (+5 s) for them, and always stops them before returning, so no server
-process outlives the command. Exit codes: 0 ok, 1 failure (server down, tool error), 2 usage.
+``mcp.start_timeout`` (+5 s) for them, and always stops them before returning, also on SIGTERM,
+so no server process outlives the command. Exit codes: 0 ok, 1 failure (server down, tool
+error), 2 usage, 143 terminated by SIGTERM.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import functools
 import json
+import signal
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from luna.config import Config
 from luna.mcp_manager import MCPManager
 from luna.tools.registry import ToolRegistry
+
+Handler = Callable[[argparse.Namespace, Config], Awaitable[int]]
+
+
+def _stop_on_sigterm(fn: Handler) -> Handler:
+    """Turn SIGTERM into a cancellation of the command, so its ``finally`` stops the servers."""
+
+    @functools.wraps(fn)
+    async def wrapper(args: argparse.Namespace, cfg: Config) -> int:
+        loop, task = asyncio.get_running_loop(), asyncio.current_task()
+        terminated = False
+
+        def on_sigterm() -> None:
+            nonlocal terminated
+            terminated = True
+            if task is not None:
+                task.cancel()
+
+        loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+        try:
+            return await fn(args, cfg)
+        except asyncio.CancelledError:
+            if not terminated:
+                raise
+            print("terminated", file=sys.stderr)
+            return 143
+        finally:
+            loop.remove_signal_handler(signal.SIGTERM)
+
+    return wrapper
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -44,6 +79,7 @@ async def _started(cfg: Config, only: list[str] | None = None) -> tuple[MCPManag
     return manager, registry
 
 
+@_stop_on_sigterm
 async def list_servers(args: argparse.Namespace, cfg: Config) -> int:
     manager, _ = await _started(cfg)
     try:
@@ -67,6 +103,7 @@ async def list_servers(args: argparse.Namespace, cfg: Config) -> int:
         await manager.stop()
 
 
+@_stop_on_sigterm
 async def list_tools(args: argparse.Namespace, cfg: Config) -> int:
     only = [args.server] if args.server else None
     manager, registry = await _started(cfg, only)
@@ -90,6 +127,7 @@ async def list_tools(args: argparse.Namespace, cfg: Config) -> int:
         await manager.stop()
 
 
+@_stop_on_sigterm
 async def call_tool(args: argparse.Namespace, cfg: Config) -> int:
     try:
         arguments: Any = json.loads(args.arguments)

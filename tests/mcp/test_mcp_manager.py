@@ -184,3 +184,14 @@ async def test_manager_stop_leaves_no_server_processes(mcp_cfg, mcp_manager) -> 
     assert not [n for n in registry.names() if "__" in n]
     after_stop = await manager.call("a__echo", {"text": "x"})
     assert after_stop.is_error
+
+
+async def test_manager_large_result_goes_through_output_pipeline(mcp_cfg, mcp_manager) -> None:
+    manager, registry = await started(mcp_manager, mcp_cfg({"echo": echo_entry()}))
+    raw = await manager.call("echo__big", {"n": 5000})
+    assert raw.content.count("\n") == 4999  # the manager itself returns the full text
+    shaped = await registry.execute(ToolCall("c1", "echo__big", '{"n": 5000}'), ctx())
+    assert not shaped.is_error
+    assert len(shaped.content) < len(raw.content) / 4
+    assert "large output of echo__big" in shaped.content
+    assert "line 0 of the big output" in shaped.content  # head kept

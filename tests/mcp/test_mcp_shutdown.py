@@ -1,0 +1,100 @@
+"""SIGTERM to a running Luna (REPL) and to ``luna mcp call`` leaves no MCP server processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from mcp_helpers import HANGING, PY, child_pids, echo_entry, is_alive
+
+from tests.fakes.llm_server import FakeLLMServer
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def luna_env(tmp_path: Path, endpoint: str) -> dict[str, str]:
+    servers = {"echo": echo_entry(), "hang": {"command": PY, "args": [HANGING]}}
+    (tmp_path / "mcp_servers.json").write_text(json.dumps({"servers": servers}))
+    (tmp_path / "config.toml").write_text("[mcp]\nstart_timeout = 120.0\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LUNA_", "LLM_"))}
+    env.pop("DISCORD_TOKEN", None)
+    env.update(
+        PYTHONPATH=str(REPO),
+        LUNA_CONFIG=str(tmp_path / "config.toml"),
+        LLM_ENDPOINT=endpoint,
+        MEMORY_DB_PATH=str(tmp_path / "data" / "luna.db"),
+        LOG_DIR=str(tmp_path / "data" / "logs"),
+        LUNA_WORKSPACE=str(tmp_path / "workspace"),
+        LUNA_MCP_SERVERS=str(tmp_path / "mcp_servers.json"),
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+    )
+    return env
+
+
+def wait_for_servers(proc: subprocess.Popen[str], count: int) -> set[int]:
+    """PIDs of the first ``count`` child processes of ``proc`` (the MCP servers)."""
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        kids = child_pids(proc.pid)
+        if len(kids) >= count:
+            time.sleep(1.0)  # let the echo server finish its handshake
+            return child_pids(proc.pid)
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        time.sleep(0.05)
+    raise AssertionError(f"Luna did not start {count} MCP server processes")
+
+
+def assert_all_gone(pids: set[int]) -> None:
+    # stop() bounds each server's shutdown; the processes are reaped by then.
+    survivors = {pid for pid in pids if is_alive(pid)}
+    assert not survivors, f"orphan MCP server processes: {survivors}"
+
+
+def test_mcp_sigterm_to_repl_stops_every_server(tmp_path: Path, llm_server: FakeLLMServer) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "luna", "repl"],
+        cwd=tmp_path,
+        env=luna_env(tmp_path, llm_server.url),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        pids = wait_for_servers(proc, 2)  # echo (running) and hang (still starting)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, proc.stderr.read() if proc.stderr else ""
+    assert_all_gone(pids)
+
+
+def test_mcp_sigterm_to_cli_call_stops_the_server(tmp_path: Path) -> None:
+    env = luna_env(tmp_path, "http://127.0.0.1:9/v1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "luna", "mcp", "call", "echo__sleep", '{"seconds": 600}'],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        pids = wait_for_servers(proc, 1)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143, proc.stderr.read() if proc.stderr else ""
+    assert_all_gone(pids)
