@@ -13,7 +13,7 @@ Small outputs (under ``tools.passthrough_bytes``) pass through unchanged. Larger
 Invariants:
 - Never raises for a bad output or a failing LLM (CancelledError excepted); the shaped text is
   at most about ``passthrough_bytes`` plus the footer.
-- Memory stays linear in the input: lines are scanned lazily, never split into one big list.
+- Memory stays linear in the input (one lower-case copy), never a list of all lines.
 - File work (save, prune) runs in a thread; pruning removes files older than
   ``tools.outputs_max_age_days`` and then the oldest until the folder is under
   ``tools.outputs_max_mb``.
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import io
 import logging
 import re
 import time
@@ -45,8 +44,10 @@ STOPWORDS = frozenset(
     output file files run command result results""".split()
 )
 _WORD = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{2,}")
-_FENCE = re.compile(r"^\s*(```|~~~)")
-_HEADER = re.compile(r"^#{1,6}\s")
+_FENCE = re.compile(r"[ \t]*(```|~~~)")
+_STRUCTURE = re.compile(r"^(?:[ \t]*(?:```|~~~)|#{1,6}[ \t])", re.MULTILINE)
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+MAX_HITS = 100_000
 
 
 def keywords(request: str) -> list[str]:
@@ -59,57 +60,96 @@ def keywords(request: str) -> list[str]:
     return list(seen)[:20]
 
 
+def _keyword_lines(text: str, words: list[str]) -> set[int]:
+    """Start offsets of the lines containing any of ``words`` (case-insensitive)."""
+    low = text.lower()
+    if len(low) != len(text):  # rare non-ASCII case changes length: lower ASCII only
+        low = text.translate(_ASCII_LOWER)
+    starts: set[int] = set()
+    for w in words:
+        i = low.find(w)
+        while i >= 0 and len(starts) < MAX_HITS:
+            starts.add(low.rfind("\n", 0, i) + 1)
+            nl = low.find("\n", i)
+            if nl < 0:
+                break
+            i = low.find(w, nl + 1)
+    return starts
+
+
 def filter_lines(text: str, words: list[str], budget: int) -> tuple[str, int]:
-    """(excerpt, number of matching lines): matches with one line of context, structure kept."""
+    """(excerpt, number of matching lines): matches with one line of context, structure kept.
+
+    Keyword lines are found with ``str.find`` and headers/fences with one regex scan; only the
+    lines around those positions are sliced out, so a 50 MB text costs a few C-speed scans,
+    not a Python loop over a million lines.
+    """
     if not words:
         return "", 0
-    pattern = re.compile("|".join(re.escape(w) for w in words), re.IGNORECASE)
+    hits = _keyword_lines(text, words)
+    if not hits:
+        return "", 0
+    events = [(m.start(), 0) for m in _STRUCTURE.finditer(text)]
+    events += [(start, 1) for start in hits]
+    events.sort()
     out: list[str] = []
-    state = {"used": 0, "last": -1, "full": False}
-    matches = 0
-    header: tuple[int, str] | None = None  # the markdown header the current line sits under
-    fence: tuple[int, str] | None = None  # the opening fence while inside a code block
-    prev: tuple[int, str] | None = None
-    after = False
+    st = {"used": 0, "start": -1, "end": -1, "full": False}
 
-    def emit(no: int, line: str) -> None:
-        if state["full"] or no <= state["last"]:
+    def line_at(start: int) -> str:
+        end = text.find("\n", start)
+        return text[start : len(text) if end < 0 else end]
+
+    def emit(start: int) -> None:
+        if st["full"] or start <= st["start"]:
             return
-        if state["last"] >= 0 and no > state["last"] + 1:
+        line = line_at(start)
+        if st["start"] >= 0 and start != st["end"] + 1:
             out.append("…")
-        if state["used"] + len(line) + 1 > budget:
-            state["full"] = True
+        if st["used"] + len(line) + 1 > budget:
+            st["full"] = True
             return
         out.append(line)
-        state["used"] += len(line) + 1
-        state["last"] = no
+        st["used"] += len(line) + 1
+        st["start"], st["end"] = start, start + len(line)
 
-    for no, raw in enumerate(io.StringIO(text)):
-        line = raw.rstrip("\n")
-        if after:
-            emit(no, line)
-            after = False
-        if _FENCE.match(line):
-            if fence is None:
-                fence = (no, line)
-            else:
-                if state["last"] > fence[0]:
-                    emit(no, line)  # close a block we showed part of
-                fence = None
-        elif fence is None and _HEADER.match(line):
-            header = (no, line)
-        elif pattern.search(line):
-            matches += 1
-            if not state["full"]:
-                for ctx in (header, fence, prev):
-                    if ctx is not None:
-                        emit(*ctx)
-                emit(no, line)
-                after = True
-        prev = (no, line)
-    if fence is not None and state["last"] > fence[0]:
-        out.append(fence[1].strip()[:3])
-    return "\n".join(out), matches
+    header: int | None = None  # start of the header the scan is under
+    fence: int | None = None  # start of the open code fence, if inside one
+    after: int | None = None  # the line after the last match (context)
+    for start, kind in events:
+        if after is not None and start >= after:
+            if fence is not None or not _FENCE.match(line_at(after)):
+                emit(after)
+            after = None
+        if kind == 0:
+            if _FENCE.match(text, start):
+                if fence is None:
+                    fence = start
+                else:
+                    if st["start"] > fence:
+                        emit(start)  # close a block we showed part of
+                    fence = None
+            elif fence is None:
+                header = start
+            continue
+        if st["full"]:
+            if fence is None and header is None:
+                break
+            continue
+        for ctx in (header, fence):
+            if ctx is not None:
+                emit(ctx)
+        if start > 0:
+            prev = text.rfind("\n", 0, start - 1) + 1
+            if not _FENCE.match(line_at(prev)):
+                emit(prev)
+        emit(start)
+        nl = text.find("\n", start)
+        after = nl + 1 if 0 <= nl < len(text) - 1 else None
+    if after is not None and (fence is not None or not _FENCE.match(line_at(after))):
+        emit(after)
+    if sum(1 for line in out if _FENCE.match(line)) % 2:
+        out.append("```")  # a block cut by the budget or the end of the text: close it
+    return "\n".join(out), len(hits)
 
 
 def head_tail(text: str, budget: int) -> str:
