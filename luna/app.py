@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import signal
 import sys
@@ -51,9 +50,9 @@ async def _pick_llm(
     if use_fallback and not await endpoint_alive(cfg.llm.endpoint, timeout=1.5):
         model = EmbeddedModel(cfg)
         print("Starting the embedded demo model (first start takes a minute)…", file=sys.stderr)
-        url = await model.start()
+        await model.start()
         stack.push_async_callback(model.stop)
-        llm_cfg = dataclasses.replace(cfg.llm, endpoint=url, model=model.model_name)
+        llm_cfg = model.llm_config(cfg.llm)  # also caps max_tokens: a base model babbles
         banner = EMBEDDED_BANNER.format(endpoint=cfg.llm.endpoint)
         embedded = True
     llm = LLMClient(llm_cfg)
