@@ -10,6 +10,7 @@ Invariants:
   a schema mismatch, a denied permission, a ``ToolError``, a timeout or a bug all come back as
   an error ``ToolResult`` written for the model (bugs also log a traceback for the operator).
 - Arguments are validated against the tool's JSON schema before the handler runs.
+- Configured secret values (``secret_values(cfg)``) are replaced by ``***`` in every output.
 - Every output a tool produced goes through :func:`luna.tool_output.shape_output` and is wrapped
   in ``<untrusted source="...">`` tags; the registry's own messages are not wrapped.
 - ``specs()`` order is stable: native tools in registration order, then the rest by name.
@@ -34,7 +35,7 @@ from typing import Any, Literal
 import jsonschema
 
 from luna import observe
-from luna.config import Config
+from luna.config import Config, secret_values
 from luna.errors import ToolError
 from luna.messages import Approver, Frontend, ToolCall, ToolResult
 from luna.tool_output import shape_output
@@ -255,6 +256,9 @@ class ToolRegistry:
             log.exception("tool %s crashed", info.name)
             raw = ToolResult(f"Error: {info.name} failed unexpectedly ({type(e).__name__})", True)
         result = raw if isinstance(raw, ToolResult) else ToolResult(str(raw), False)
+        for secret in secret_values(self.cfg):
+            if secret in result.content:
+                result = ToolResult(result.content.replace(secret, "***"), result.is_error)
         if not shape:
             return result
         text = await shape_output(

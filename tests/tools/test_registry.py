@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 from typing import Any, Literal
@@ -326,3 +327,17 @@ async def test_registry_tool_timeout_is_error_result(tools_config, make_ctx) -> 
 
     result = await reg.execute(call("slow"), make_ctx())
     assert result.is_error and "timed out" in result.content
+
+
+async def test_registry_scrubs_secret_values_from_outputs(tools_config, make_ctx) -> None:
+    cfg = tools_config()
+    cfg = dataclasses.replace(cfg, discord=dataclasses.replace(cfg.discord, token="tok-XYZ-123"))
+    reg = ToolRegistry(cfg)
+
+    @reg.tool(level="allow")
+    async def leak() -> str:
+        """Prints a token it found somewhere."""
+        return "found tok-XYZ-123 in a file"
+
+    result = await reg.execute(call("leak"), make_ctx())
+    assert "tok-XYZ-123" not in result.content and "found *** in a file" in result.content
