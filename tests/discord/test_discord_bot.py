@@ -27,6 +27,7 @@ async def test_bot_answers_dm_in_dm_session(
     assert user_text(llm_server.requests[0]) == "hello luna"
     _, history = await h.memory.prompt_history(f"dm-{OWNER_ID}")
     assert [m["role"] for m in history] == ["user", "assistant"]
+    assert await h.memory.session_scope(f"dm-{OWNER_ID}") == "owner"
     assert h.typing, "typing indicator was never sent"
 
 
@@ -130,6 +131,8 @@ async def test_bot_strangers_chat_without_tools_friends_get_tools(
     assert [m["content"] for m in h.bot_messages(dm)] == ["hello stranger"]
     _, history = await h.memory.prompt_history(f"dm-{STRANGER_ID}")
     assert history[0]["content"].startswith("hi")
+    assert await h.memory.session_scope(f"dm-{STRANGER_ID}") == f"user:{STRANGER_ID}"
+    assert await h.memory.session_scope(f"dm-{FRIEND_ID}") == f"user:{FRIEND_ID}"
 
 
 async def test_bot_drops_replayed_message_event(
@@ -289,3 +292,46 @@ async def test_bot_survives_forbidden_channel(
     await h.say("still alive?", h.owner, channel=dm)
     await h.settle()
     assert [m["content"] for m in h.bot_messages(dm)] == ["but this works"]
+
+
+async def test_bot_long_stream_previews_stay_under_limit(
+    make_harness: Callable[..., Any], llm_server: FakeLLMServer
+):
+    h = await make_harness({"edit_interval": 0.01})
+    text = " ".join(f"token{i:04d}" for i in range(400))  # ~4,000 characters
+    llm_server.script(Reply(content=text, chunk_size=200, chunk_delay=0.01))
+    dm = await h.dm_channel(h.owner)
+    await h.say("long stream", h.owner, channel=dm)
+    await h.settle()
+    assert h.edits and all(len(c) <= 2000 for _mid, c in h.edits)
+    contents = [m["content"] for m in h.bot_messages(dm)]
+    assert len(contents) == 3 and " ".join(contents) == text
+
+
+async def test_bot_rate_limited_edits_do_not_break_the_reply(
+    make_harness: Callable[..., Any], llm_server: FakeLLMServer, monkeypatch: Any
+):
+    import discord
+
+    from tests.discord.conftest import backend
+
+    original = backend.FakeHttp.edit_message
+    failures = {"left": 2}
+
+    async def edit_message(self: Any, channel_id: int, message_id: int, **fields: Any) -> Any:
+        if failures["left"] > 0:
+            failures["left"] -= 1
+            raise discord.HTTPException(backend.FakeRequest(429, "Too Many Requests"), "slow down")
+        return await original(self, channel_id, message_id, **fields)
+
+    monkeypatch.setattr(backend.FakeHttp, "edit_message", edit_message)
+    h = await make_harness({"edit_interval": 0.0})
+    llm_server.script(
+        Reply(tool_calls=[{"name": "echo", "arguments": '{"text": "a"}'}]),
+        Reply(content="Final answer after retries."),
+    )
+    dm = await h.dm_channel(h.owner)
+    await h.say("go", h.owner, channel=dm)
+    await h.settle()
+    assert failures["left"] == 0
+    assert [m["content"] for m in h.bot_messages(dm)][-1] == "Final answer after retries."
