@@ -12,6 +12,7 @@ from luna.config import Config
 from luna.llm import LLMClient
 from luna.memory import Memory
 from luna.messages import InboundMessage, ToolFinished, ToolStarted, TurnDone
+from luna.tools import catalog
 from tests.fakes.llm_server import FakeLLMServer, Reply
 
 
@@ -65,3 +66,47 @@ async def test_mcp_tools_round_trip_through_agent_loop(
     assert "42" in tool_msgs["c1"] and "<untrusted" in tool_msgs["c1"]
     body = tool_msgs["c2"].split("\n", 1)[1].rsplit("\n", 1)[0]  # inside the untrusted tags
     assert json.loads(body)["timezone"] == "UTC"
+
+
+async def test_mcp_catalog_tools_reached_through_use_tool_in_agent_loop(
+    mcp_cfg: Callable[..., Config], mcp_manager, llm_server: FakeLLMServer
+) -> None:
+    cfg = mcp_cfg({"echo": echo_entry(expose="catalog")})
+    manager, registry = mcp_manager(cfg)
+    catalog.register(registry, cfg)
+    await manager.start()
+    assert await manager.wait_ready(60), "MCP server did not finish starting"
+    memory = Memory(cfg.memory)
+    await memory.open(background=False)
+    llm = LLMClient(cfg.llm)
+    try:
+        agent = Agent(cfg, llm, memory, registry)
+        llm_server.script(
+            Reply(tool_calls=[{"name": "list_available_tools", "arguments": '{"query": "add"}'}]),
+            Reply(
+                tool_calls=[
+                    {
+                        "name": "use_tool",
+                        "arguments": json.dumps(
+                            {"name": "echo__add", "arguments": {"a": 40, "b": 2}}
+                        ),
+                    }
+                ]
+            ),
+            Reply(content="It is 42."),
+        )
+        msg = InboundMessage(session_id="cat", text="add 40 and 2 with an extra tool")
+        events = [e async for e in agent.run_turn(msg)]
+    finally:
+        await llm.close()
+        await memory.close()
+
+    offered = {t["function"]["name"] for t in llm_server.requests[0]["tools"]}
+    assert {"list_available_tools", "use_tool"} <= offered
+    assert not {n for n in offered if n.startswith("echo__")}  # the catalog stays out of the prompt
+    listing = llm_server.requests[1]["messages"][-1]["content"]
+    assert "echo__add(a, b)" in listing
+    used = llm_server.requests[2]["messages"][-1]
+    assert used["role"] == "tool" and "42" in used["content"]
+    assert not any(e.is_error for e in events if isinstance(e, ToolFinished))
+    assert isinstance(events[-1], TurnDone) and events[-1].reply == "It is 42."

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 
@@ -195,3 +196,32 @@ async def test_manager_large_result_goes_through_output_pipeline(mcp_cfg, mcp_ma
     assert len(shaped.content) < len(raw.content) / 4
     assert "large output of echo__big" in shaped.content
     assert "line 0 of the big output" in shaped.content  # head kept
+
+
+async def test_manager_failed_restarts_back_off_then_recover(
+    mcp_cfg, mcp_manager, tmp_path
+) -> None:
+    flag = tmp_path / "broken"
+    cfg = mcp_cfg({"echo": echo_entry(env={"ECHO_FLAG": str(flag)})})
+    manager, _ = await started(mcp_manager, cfg)
+    broken = await manager.call("echo__break_server", {})
+    assert broken.is_error and "unavailable" in broken.content
+    assert "broken on purpose" in broken.content  # the server's stderr explains the failure
+    (status,) = manager.status()
+    assert status.state == "failed"
+    again = await manager.call("echo__echo", {"text": "x"})  # waits out a short backoff
+    assert again.is_error and "unavailable" in again.content
+    flag.unlink()
+    healed = await manager.call("echo__echo", {"text": "healed"})
+    assert (healed.content, healed.is_error) == ("healed", False)
+    assert manager.status()[0].state == "running"
+
+
+async def test_manager_concurrent_calls_share_one_session(mcp_cfg, mcp_manager) -> None:
+    manager, _ = await started(mcp_manager, mcp_cfg({"echo": echo_entry()}))
+    results = await asyncio.gather(
+        *(manager.call("echo__sleep", {"seconds": 0.3}) for _ in range(5)),
+        *(manager.call("echo__echo", {"text": str(i)}) for i in range(5)),
+    )
+    assert [r.content for r in results] == ["slept 0.3"] * 5 + [str(i) for i in range(5)]
+    assert manager.status()[0].restarts == 0

@@ -1,7 +1,8 @@
 """A small MCP test server (stdio by default, streamable HTTP with ``--http PORT``).
 
 Tools: echo, add, fail (isError), picture (image content), big (large text), sleep,
-crash (kills its own process), add_tool (adds a tool and sends tools/list_changed),
+crash (kills its own process), break_server (kills it and makes restarts fail while the file
+named by $ECHO_FLAG exists), add_tool (adds a tool and sends tools/list_changed),
 env (reads an environment variable), pid (the server's process id).
 """
 
@@ -69,6 +70,14 @@ def crash() -> str:
 
 
 @mcp.tool()
+def break_server() -> str:
+    """Create the $ECHO_FLAG file (so restarts fail) and kill this server process."""
+    with open(os.environ["ECHO_FLAG"], "w") as f:
+        f.write("broken")
+    os._exit(3)
+
+
+@mcp.tool()
 def pid() -> int:
     """The server's process id."""
     return os.getpid()
@@ -93,6 +102,10 @@ async def add_tool(name: str, ctx: Context) -> str:
 
 
 def main() -> None:
+    flag = os.environ.get("ECHO_FLAG")
+    if flag and os.path.exists(flag):
+        sys.stderr.write("echo_server: broken on purpose\n")
+        sys.exit(1)
     parser = argparse.ArgumentParser()
     parser.add_argument("--http", type=int, default=None, help="serve streamable HTTP on PORT")
     args = parser.parse_args()
