@@ -140,13 +140,16 @@ def _write(policy: PathPolicy, path: Path, content: str, append: bool) -> str:
     policy.check(path, write=True)
     path.parent.mkdir(parents=True, exist_ok=True)
     policy.check(path.parent.resolve(), write=True)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if append else os.O_TRUNC)
+    # No O_TRUNC: a swapped symlink must not truncate anything before the descriptor check.
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if append else 0)
     try:
         fd = os.open(path, flags, 0o644)
     except OSError as e:
         raise ToolError(f"cannot write {path}: {e.strerror}") from e
     with os.fdopen(fd, "wb") as f:
         policy.check_fd(f.fileno(), write=True)
+        if not append:
+            f.truncate(0)
         data = content.encode("utf-8")
         f.write(data)
     return f"{'appended' if append else 'wrote'} {len(data)} bytes to {path}"

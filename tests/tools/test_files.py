@@ -60,6 +60,8 @@ async def test_write_file_creates_parents_and_appends(tools_config, make_ctx) ->
         reg, make_ctx(), "write_file", path="a/b/c.txt", content="two\n", append=True
     )
     assert not err and (cfg.agent.workspace / "a/b/c.txt").read_text() == "one\ntwo\n"
+    err, out = await run(reg, make_ctx(), "write_file", path="a/b/c.txt", content="3")
+    assert not err and (cfg.agent.workspace / "a/b/c.txt").read_text() == "3"
 
 
 async def test_write_file_asks_on_discord(tools_config, make_ctx) -> None:
