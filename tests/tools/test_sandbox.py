@@ -268,3 +268,33 @@ async def test_bash_50mb_output_is_capped_without_blowing_memory(tools_config, m
     assert "bytes of output omitted (output cap)" in kept
     assert len(kept.encode()) <= cfg.tools.output_cap_bytes + 200
     assert grown_mb < 100, f"bash output grew the process by {grown_mb:.0f} MB"
+
+
+def test_missing_bwrap_is_reported_and_bash_asks(
+    tools_config, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog
+) -> None:
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    cfg = tools_config()
+    ok, detail = sandbox_status(cfg)
+    assert not ok and "install the 'bubblewrap' package" in detail
+    with caplog.at_level("WARNING"):
+        reg = build_registry(cfg)
+    assert any("bwrap not found" in r.getMessage() for r in caplog.records)
+    assert reg.level_for(reg.get("bash"), "repl") == "ask"
+
+
+async def test_network_config_lets_bash_reach_the_network(tools_config, make_ctx) -> None:
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    try:
+        reg = build_registry(tools_config({"tools": {"network": True}}))
+        out = await bash(reg, make_ctx(), f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo REACHED")
+        assert "REACHED" in out
+        conn, _ = listener.accept()
+        conn.close()
+    finally:
+        listener.close()
