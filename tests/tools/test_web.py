@@ -191,3 +191,15 @@ async def test_summarize_paper_bad_ids(tools_config, make_ctx, web) -> None:
     assert err and "not an arXiv id" in out
     err, out = await run(reg, make_ctx(), "summarize_paper", paper="9999.99999")
     assert err and "no paper with that id" in out
+
+
+async def test_web_search_ddgs_answers_or_says_offline(tools_config, make_ctx) -> None:
+    """Without search_url the ddgs library is used: results when online, one clear error when
+    offline (this build machine has no internet, so the error path is what usually runs)."""
+    reg = build_registry(tools_config({"tools": {"fetch_timeout": 5.0}}))
+    err, out = await run(reg, make_ctx(), "web_search", query="python asyncio", max_results=2)
+    if err:
+        assert "web search failed: no answer from the search engines" in out
+        assert "Traceback" not in out and len(out) < 300
+    else:
+        assert out.count("\n   http") >= 1 and "1. " in out
