@@ -285,9 +285,15 @@ class ServerConnection:
                     "restart; not retrying",
                     True,
                 )
+            except Exception as e:  # noqa: BLE001 - call() never raises; the operator gets the trace
+                log.exception("MCP server %r: unexpected failure calling %r", self.name, tool)
+                return ToolResult(
+                    f"MCP server '{self.name}': {tool} failed unexpectedly ({type(e).__name__})",
+                    True,
+                )
             self.failures = 0
             return ToolResult(describe_result(result), is_error=bool(result.is_error))
-        raise AssertionError("unreachable")  # pragma: no cover
+        return ToolResult(f"MCP server '{self.name}' is unavailable", True)  # pragma: no cover
 
     def _mark_lost(self, session: ClientSession, exc: BaseException) -> None:
         if self.session is not session:

@@ -90,6 +90,13 @@ def env(name: str) -> str:
 
 
 @mcp.tool()
+def header(name: str, ctx: Context) -> str:
+    """The value of an HTTP request header (streamable HTTP only), or '<unset>'."""
+    headers = {k.lower(): v for k, v in (ctx.headers or {}).items()}
+    return headers.get(name.lower(), "<unset>")
+
+
+@mcp.tool()
 async def add_tool(name: str, ctx: Context) -> str:
     """Add a new tool called `name` and notify the client."""
 
