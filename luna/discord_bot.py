@@ -24,7 +24,7 @@ import logging
 import re
 from dataclasses import dataclass
 from pathlib import PurePath
-from typing import Any
+from typing import TYPE_CHECKING
 
 import discord
 
@@ -36,6 +36,10 @@ from luna.discord_routing import MessageFacts, Route, decide
 from luna.errors import LunaError
 from luna.messages import InboundMessage
 from luna.observe import log_event
+
+if TYPE_CHECKING:
+    from luna.agent import Agent
+    from luna.memory import Memory
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +113,7 @@ class Job:
 class LunaBot(discord.Client):
     """The Discord client. ``await bot.start(token)`` runs it; ``await bot.close()`` stops it."""
 
-    def __init__(self, cfg: Config, agent: Any, memory: Any) -> None:
+    def __init__(self, cfg: Config, agent: Agent, memory: Memory) -> None:
         super().__init__(intents=make_intents())
         self.cfg = cfg
         self.agent = agent

@@ -29,6 +29,8 @@ async def test_bot_answers_dm_in_dm_session(
     assert [m["role"] for m in history] == ["user", "assistant"]
     assert await h.memory.session_scope(f"dm-{OWNER_ID}") == "owner"
     assert h.typing, "typing indicator was never sent"
+    intents = h.bot.intents
+    assert intents.members and intents.message_content and intents.dm_messages and intents.guilds
 
 
 async def test_bot_mention_is_stripped_and_uses_channel_session(
@@ -311,6 +313,8 @@ async def test_bot_long_stream_previews_stay_under_limit(
 async def test_bot_rate_limited_edits_do_not_break_the_reply(
     make_harness: Callable[..., Any], llm_server: FakeLLMServer, monkeypatch: Any
 ):
+    import sys
+
     import discord
 
     from tests.discord.conftest import backend
@@ -318,20 +322,24 @@ async def test_bot_rate_limited_edits_do_not_break_the_reply(
     original = backend.FakeHttp.edit_message
     failures = {"left": 2}
 
-    async def edit_message(self: Any, channel_id: int, message_id: int, **fields: Any) -> Any:
+    async def edit_message(http: Any, channel_id: int, message_id: int, **fields: Any) -> Any:
+        # dpytest finds the edited Message as ``self`` in its caller's frame: keep it there.
+        self = sys._getframe(1).f_locals["self"]  # noqa: F841
         if failures["left"] > 0:
             failures["left"] -= 1
             raise discord.HTTPException(backend.FakeRequest(429, "Too Many Requests"), "slow down")
-        return await original(self, channel_id, message_id, **fields)
+        return await original(http, channel_id, message_id, **fields)
 
     monkeypatch.setattr(backend.FakeHttp, "edit_message", edit_message)
     h = await make_harness({"edit_interval": 0.0})
     llm_server.script(
         Reply(tool_calls=[{"name": "echo", "arguments": '{"text": "a"}'}]),
-        Reply(content="Final answer after retries."),
+        Reply(content="Final answer after retries.", chunk_delay=0.05),
     )
     dm = await h.dm_channel(h.owner)
     await h.say("go", h.owner, channel=dm)
     await h.settle()
     assert failures["left"] == 0
-    assert [m["content"] for m in h.bot_messages(dm)][-1] == "Final answer after retries."
+    contents = [m["content"] for m in h.bot_messages(dm)]
+    assert len(contents) == 2 and contents[0].startswith("-# 🔧")
+    assert contents[1] == "Final answer after retries."
