@@ -262,7 +262,9 @@ class Agent:
 
     # ---- sub-agents -------------------------------------------------------------------
 
-    def _tool_context(self, msg: InboundMessage, budget: TurnBudget, depth: int) -> ToolContext:
+    def _tool_context(
+        self, msg: InboundMessage, budget: TurnBudget, depth: int, workdir: Path | None = None
+    ) -> ToolContext:
         async def run_subagent(
             task: str, tool_names: list[str] | None, workdir: Path | None
         ) -> str:
@@ -276,6 +278,7 @@ class Agent:
             llm=self.llm,
             run_subagent=run_subagent if depth == 0 else None,
             depth=depth,
+            workdir=workdir,
         )
 
     async def _subagent(
@@ -297,7 +300,7 @@ class Agent:
             {"role": "system", "content": prompt},
             {"role": "user", "content": task},
         ]
-        ctx = self._tool_context(parent, budget, depth=1)
+        ctx = self._tool_context(parent, budget, depth=1, workdir=workdir)
         for _ in range(SUBAGENT_MAX_ROUNDS):
             if not tools or not budget.take():
                 break
