@@ -63,6 +63,7 @@ class ReactionApprover:
         if msg is None:
             log_event("tool_approval", tool=tool_name, outcome="denied", reason="prompt failed")
             return False
+
         def check(payload: discord.RawReactionActionEvent) -> bool:
             return (
                 payload.message_id == msg.id
