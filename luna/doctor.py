@@ -34,7 +34,7 @@ from typing import Any
 
 import httpx
 
-from luna.config import Config
+from luna.config import Config, is_llm_endpoint_explicit
 
 LLM_PROBE_TIMEOUT = 120.0  # a real 35B model may think a while before calling the tool
 GROUP_TIMEOUTS = {
@@ -157,9 +157,10 @@ async def check_llm(cfg: Config) -> list[CheckResult]:
             resp = await client.get(f"{endpoint}/models")
         except httpx.TransportError as e:
             why = "timed out" if isinstance(e, httpx.TimeoutException) else type(e).__name__
-            results.append(
-                fail("LLM endpoint", f"{endpoint} is unreachable ({why}: {e})", FIX_LLM_START)
-            )
+            detail = f"{endpoint} is unreachable ({why}: {e})"
+            if cfg.llm.embedded_fallback and not is_llm_endpoint_explicit(cfg):
+                detail += "; `luna` would start its tiny embedded demo model instead"
+            results.append(fail("LLM endpoint", detail, FIX_LLM_START))
             return results + [skipped(n, "LLM endpoint unreachable") for n in names]
         if resp.status_code in (401, 403):
             results.append(
