@@ -26,6 +26,7 @@ from luna.config import MemoryConfig
 from luna.errors import MemoryStoreError
 from luna.memory import session_log
 from luna.memory.embeddings import Embedder
+from luna.memory.query import plan_query
 from luna.memory.search import RecallItem, format_recall, hybrid_search
 from luna.memory.store import Store, now_iso
 from luna.messages import Usage
@@ -198,6 +199,13 @@ class Memory:
         )
         self._wake.set()
 
+    async def session_scope(self, session_id: str) -> str:
+        """The memory scope the session was logged under ("owner" when unknown)."""
+        rows = await asyncio.to_thread(
+            self.store.query, "SELECT scope FROM sessions WHERE id = ?", (session_id,)
+        )
+        return rows[0][0] if rows else "owner"
+
     async def session_messages(self, session_id: str, after_id: int = 0) -> list[dict]:
         """Raw logged messages after ``after_id``: dicts with id, role, content, tool calls."""
         rows = await asyncio.to_thread(session_log.messages_after, self.store, session_id, after_id)
@@ -228,8 +236,10 @@ class Memory:
 
         With ``session_id``, that session's messages still in the prompt view are left out.
         """
+        scope_speakers = await asyncio.to_thread(self.store.speakers, scope)
         with Timer() as t:
-            qvec = await self.embed_query(query)
+            plan = plan_query(query, scope_speakers)
+            qvec = await self.embed_query(plan.text)
             exclude = None
             if session_id is not None:
                 _, cut = await self.summary(session_id)
@@ -242,6 +252,7 @@ class Memory:
                 scope=scope,
                 k=k or self.cfg.recall_k,
                 exclude_session=exclude,
+                plan=plan,
             )
         log_event("memory_op", op="recall", duration_ms=round(t.ms, 2), count=len(items))
         return items
@@ -338,7 +349,16 @@ class Memory:
                     ),
                 )
                 mem_id = int(cur.lastrowid)
-                doc_id = store.index_doc(conn, "memory", mem_id, scope, created, r["text"])
+                doc_id = store.index_doc(
+                    conn,
+                    "memory",
+                    mem_id,
+                    scope,
+                    created,
+                    r["text"],
+                    thread=r.get("session_id") if r.get("source") == "import" else None,
+                    speaker=r.get("speaker"),
+                )
                 ids.append(mem_id)
                 if vecs is not None:
                     vec_rows.append((doc_id, scope, vecs[i].tobytes()))

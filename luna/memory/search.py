@@ -1,11 +1,12 @@
-"""Hybrid recall: a safe FTS5 query, sqlite-vec KNN, reciprocal-rank fusion, prompt formatting.
+"""Hybrid recall: FTS5 bm25 + sqlite-vec cosine, fused by normalized scores; prompt formatting.
 
 Invariants:
-- Any user text becomes a valid FTS5 query or None: every token is quoted, so punctuation,
-  quotes, ``AND``/``OR``/``NOT``/``NEAR``, ``*`` and ``?`` are plain words; nothing raises.
-  Stopwords are dropped unless nothing else is left.
-- Relevance decides the order: fused score = Σ weight / (RRF_K + rank). Recency and importance
-  add at most ``TIE_BREAK`` in total, less than one rank step, so they only break near-ties.
+- The user's text goes through :mod:`luna.memory.query`: a safe FTS5 query (never raises),
+  date windows and mentioned speakers.
+- Relevance decides the order: each list's scores are min-max normalized over its candidates
+  and mixed ``FTS_WEIGHT``/``VEC_WEIGHT``; rows from a mentioned date window or by a mentioned
+  speaker get a fixed boost (they answer the question's own constraint). Recency and importance
+  add at most ``TIE_BREAK`` in total, so they only break near-ties.
 - A superseded memory ranks below its replacement whenever both are recalled.
 - Scope is an exact filter: a Discord user's scope never returns the owner's rows, and back.
 - Blocking; the ``Memory`` facade runs :func:`hybrid_search` in a worker thread.
@@ -15,31 +16,26 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
+from luna.memory.query import QueryPlan, build_fts_query, plan_query, query_terms
 from luna.memory.store import Store
 
-RRF_K = 60
-FTS_WEIGHT = 1.0
-VEC_WEIGHT = 1.0
-TIE_BREAK = 1e-4  # total bonus for recency + importance; one rank step near the top is ~2.6e-4
+__all__ = ["RecallItem", "build_fts_query", "format_recall", "hybrid_search", "query_terms"]
+
+FTS_WEIGHT = 0.5
+VEC_WEIGHT = 0.5
+CTX_WEIGHT = 0.5  # bm25 weight of a doc's neighbours' text relative to its own
+SPEAKER_BOOST = 0.4
+DATE_BOOST = 0.3
+WINDOW_MAX_DOCS = 2000
+TIE_BREAK = 2e-3  # total bonus for recency + importance (scores are in [0, 1] plus boosts)
 RECENCY_HALF_LIFE_DAYS = 90.0
 SUPERSEDED_FACTOR = 0.5
 CHARS_PER_TOKEN = 4
-
-_TOKEN = re.compile(r"\w+", re.UNICODE)
-STOPWORDS = frozenset(
-    """a about above after again against all am an and any are as at be because been before
-    being below between both but by can could did do does doing down during each few for from
-    further had has have having he her here hers herself him himself his how i if in into is it
-    its itself just me more most my myself no nor not now of off on once only or other our ours
-    ourselves out over own same she should so some such than that the their theirs them
-    themselves then there these they this those through to too under until up very was we were
-    what when where which while who whom why will with would you your yours yourself
-    yourselves s t don didn doesn isn wasn weren won wouldn ll ve re d m o y ever also""".split()
-)
 
 
 @dataclass(frozen=True)
@@ -58,26 +54,6 @@ class RecallItem:
     superseded_by: int | None = None
 
 
-def query_terms(text: str) -> list[str]:
-    """Distinct lowercase word tokens of ``text``, stopwords dropped unless that leaves none."""
-    tokens = [t.lower() for t in _TOKEN.findall(text or "")]
-    tokens = [t for t in tokens if t.strip("_")]
-    seen: dict[str, None] = {}
-    for t in tokens:
-        seen.setdefault(t, None)
-    words = list(seen)
-    content = [w for w in words if w not in STOPWORDS]
-    return content or words
-
-
-def build_fts_query(text: str) -> str | None:
-    """A safe FTS5 MATCH expression (OR of quoted terms), or None when there are no words."""
-    terms = query_terms(text)
-    if not terms:
-        return None
-    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms[:64])
-
-
 def _recency(created_at: str, now: dt.datetime) -> float:
     try:
         when = dt.datetime.fromisoformat(created_at)
@@ -89,38 +65,79 @@ def _recency(created_at: str, now: dt.datetime) -> float:
     return math.exp(-age_days * math.log(2) / RECENCY_HALF_LIFE_DAYS)
 
 
-def fts_ranked(store: Store, query: str, scope: str, limit: int) -> list[int]:
-    """Doc ids matching ``query`` in ``scope``, best bm25 first."""
-    match = build_fts_query(query)
-    if match is None:
-        return []
-    rows = store.query(
-        "SELECT f.rowid FROM docs_fts f JOIN docs d ON d.id = f.rowid "
-        "WHERE docs_fts MATCH ? AND d.scope = ? ORDER BY f.rank LIMIT ?",
-        (match, scope, limit),
+def _bm25(store: Store, match: str, scope: str, limit: int, ids: list[int] | None = None):
+    sql = (
+        f"SELECT f.rowid, -bm25(docs_fts, 1.0, {CTX_WEIGHT}) FROM docs_fts f "
+        "JOIN docs d ON d.id = f.rowid WHERE docs_fts MATCH ? AND d.scope = ?"
     )
-    return [r[0] for r in rows]
+    params: list[Any] = [match, scope]
+    if ids is not None:
+        sql += f" AND f.rowid IN ({','.join('?' * len(ids))})"
+        params += ids
+    sql += f" ORDER BY bm25(docs_fts, 1.0, {CTX_WEIGHT}) LIMIT ?"
+    return store.query(sql, [*params, limit])
 
 
-def vec_ranked(store: Store, query_vec: bytes, scope: str, limit: int) -> list[int]:
-    """Doc ids nearest to ``query_vec`` (cosine) in ``scope``."""
-    if not store.vector_enabled or store.dim is None:
-        return []
+def fts_scores(
+    store: Store, match: str | None, scope: str, limit: int, window_ids: list[int]
+) -> dict[int, float]:
+    """bm25 (higher is better) of the best ``limit`` docs, plus any matching window docs."""
+    if match is None:
+        return {}
+    scores = {int(i): float(s) for i, s in _bm25(store, match, scope, limit)}
+    if window_ids:
+        for i, s in _bm25(store, match, scope, len(window_ids), window_ids):
+            scores.setdefault(int(i), float(s))
+    return scores
+
+
+def vec_scores(
+    store: Store, query_vec: bytes | None, scope: str, limit: int, window_ids: list[int]
+) -> dict[int, float]:
+    """Cosine similarity of the ``limit`` nearest docs, plus every embedded window doc."""
+    if query_vec is None or not store.vector_enabled or store.dim is None:
+        return {}
     rows = store.query(
-        "SELECT rowid FROM docs_vec WHERE embedding MATCH ? AND k = ? AND scope = ? "
+        "SELECT rowid, distance FROM docs_vec WHERE embedding MATCH ? AND k = ? AND scope = ? "
         "ORDER BY distance",
         (query_vec, limit, scope),
     )
-    return [r[0] for r in rows]
-
-
-def rrf(rankings: list[tuple[list[int], float]]) -> dict[int, float]:
-    """Reciprocal-rank fusion of ranked id lists with per-list weights."""
-    scores: dict[int, float] = {}
-    for ids, weight in rankings:
-        for rank, doc_id in enumerate(ids, start=1):
-            scores[doc_id] = scores.get(doc_id, 0.0) + weight / (RRF_K + rank)
+    scores = {int(i): 1.0 - float(d) for i, d in rows}
+    missing = [i for i in window_ids if i not in scores]
+    if missing:
+        q = np.frombuffer(query_vec, dtype=np.float32)
+        for i in range(0, len(missing), 500):
+            chunk = missing[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            got = store.query(
+                f"SELECT rowid, embedding FROM docs_vec WHERE rowid IN ({marks})", chunk
+            )
+            for doc_id, blob in got:
+                scores[int(doc_id)] = float(np.frombuffer(blob, dtype=np.float32) @ q)
     return scores
+
+
+def window_docs(store: Store, plan: QueryPlan, scope: str) -> list[int]:
+    ids: list[int] = []
+    for start, end in plan.windows:
+        ids += [
+            int(r[0])
+            for r in store.query(
+                "SELECT id FROM docs WHERE scope = ? AND created_at >= ? AND created_at < ? "
+                "ORDER BY created_at DESC LIMIT ?",
+                (scope, start, end, WINDOW_MAX_DOCS),
+            )
+        ]
+    return list(dict.fromkeys(ids))[:WINDOW_MAX_DOCS]
+
+
+def _normalized(scores: dict[int, float]) -> dict[int, float]:
+    if not scores:
+        return {}
+    hi, lo = max(scores.values()), min(scores.values())
+    if hi - lo < 1e-9:
+        return {i: 1.0 for i in scores}
+    return {i: (s - lo) / (hi - lo) for i, s in scores.items()}
 
 
 def hybrid_search(
@@ -131,23 +148,28 @@ def hybrid_search(
     scope: str,
     k: int,
     exclude_session: tuple[str, int] | None = None,
+    plan: QueryPlan | None = None,
 ) -> list[RecallItem]:
     """The ``k`` best items for ``query`` in ``scope``.
 
-    ``exclude_session=(session_id, cut)`` leaves out that session's messages after the cut:
-    they are already in the prompt.
+    ``query_vec`` should embed ``plan.text``. ``exclude_session=(session_id, cut)`` leaves out
+    that session's messages after the cut: they are already in the prompt.
     """
-    pool = max(50, k * 5)
-    rankings = [(fts_ranked(store, query, scope, pool), FTS_WEIGHT)]
-    if query_vec is not None:
-        rankings.append((vec_ranked(store, query_vec, scope, pool), VEC_WEIGHT))
-    scores = rrf(rankings)
-    if not scores:
+    if plan is None:
+        plan = plan_query(query, store.speakers(scope))
+    pool = max(100, k * 10)
+    in_window = window_docs(store, plan, scope) if plan.windows else []
+    fts = _normalized(fts_scores(store, build_fts_query(plan.text), scope, pool, in_window))
+    vec = _normalized(vec_scores(store, query_vec, scope, pool, in_window))
+    candidates = set(fts) | set(vec)
+    if not candidates:
         return []
-    details = _details(store, list(scores))
+    details = _details(store, list(candidates))
+    window_set = set(in_window)
+    speakers = {s.lower() for s in plan.speakers}
     now = dt.datetime.now(dt.UTC)
     items: list[RecallItem] = []
-    for doc_id, base in scores.items():
+    for doc_id in candidates:
         d = details.get(doc_id)
         if d is None:
             continue
@@ -155,9 +177,13 @@ def hybrid_search(
             sid, cut = exclude_session
             if d["session_id"] == sid and d["ref_id"] > cut:
                 continue
+        score = FTS_WEIGHT * fts.get(doc_id, 0.0) + VEC_WEIGHT * vec.get(doc_id, 0.0)
+        if doc_id in window_set:
+            score += DATE_BOOST
+        if speakers and (d.get("speaker") or "").lower() in speakers:
+            score += SPEAKER_BOOST
         importance = d.get("importance") or 5
-        bonus = TIE_BREAK * 0.5 * (_recency(d["created_at"], now) + importance / 10)
-        score = base + bonus
+        score += TIE_BREAK * 0.5 * (_recency(d["created_at"], now) + importance / 10)
         if d.get("superseded_by"):
             score *= SUPERSEDED_FACTOR
         items.append(
@@ -167,7 +193,7 @@ def hybrid_search(
                 text=d["text"],
                 created_at=d["created_at"],
                 source=d["source"],
-                score=score,
+                score=round(score, 6),
                 external_id=d.get("external_id"),
                 session_id=d.get("session_id"),
                 importance=d.get("importance"),
@@ -185,7 +211,7 @@ def _below_replacements(items: list[RecallItem]) -> list[RecallItem]:
     for it in items:
         newer = by_memory.get(it.superseded_by) if it.superseded_by else None
         if newer is not None and it.score >= newer.score:
-            it = RecallItem(**{**it.__dict__, "score": newer.score * SUPERSEDED_FACTOR})
+            it = replace(it, score=newer.score * SUPERSEDED_FACTOR)
         out.append(it)
     return out
 
@@ -193,12 +219,12 @@ def _below_replacements(items: list[RecallItem]) -> list[RecallItem]:
 def _details(store: Store, doc_ids: list[int]) -> dict[int, dict[str, Any]]:
     marks = ",".join("?" * len(doc_ids))
     docs = store.query(
-        f"SELECT id, kind, ref_id, created_at FROM docs WHERE id IN ({marks})", doc_ids
+        f"SELECT id, kind, ref_id, created_at, speaker FROM docs WHERE id IN ({marks})", doc_ids
     )
     out: dict[int, dict[str, Any]] = {}
     by_kind: dict[str, dict[int, int]] = {"message": {}, "memory": {}, "summary": {}}
-    for doc_id, kind, ref_id, created_at in docs:
-        out[doc_id] = {"kind": kind, "ref_id": ref_id, "created_at": created_at}
+    for doc_id, kind, ref_id, created_at, speaker in docs:
+        out[doc_id] = {"kind": kind, "ref_id": ref_id, "created_at": created_at, "speaker": speaker}
         by_kind[kind][ref_id] = doc_id
 
     def fill(kind: str, sql: str, cols: list[str]) -> None:

@@ -82,7 +82,7 @@ def append_message(
         )
         message_id = int(cur.lastrowid)
         if role in ("user", "assistant") and content.strip():
-            store.index_doc(conn, "message", message_id, scope, created, content)
+            store.index_doc(conn, "message", message_id, scope, created, content, thread=session_id)
     return message_id
 
 

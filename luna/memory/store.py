@@ -29,6 +29,8 @@ from luna.observe import log_event
 
 log = logging.getLogger(__name__)
 
+CTX_CHARS = 600  # how much of a neighbour's text goes into a doc's FTS context
+
 Migration = tuple[str, list[str]]
 
 MIGRATIONS: list[Migration] = [
@@ -99,19 +101,26 @@ MIGRATIONS: list[Migration] = [
                 ref_id INTEGER NOT NULL,
                 scope TEXT NOT NULL,
                 created_at TEXT NOT NULL,
+                thread TEXT,
+                speaker TEXT,
                 embedded INTEGER NOT NULL DEFAULT 0,
                 UNIQUE (kind, ref_id)
             )""",
             "CREATE INDEX docs_pending ON docs(embedded) WHERE embedded = 0",
+            "CREATE INDEX docs_thread ON docs(thread, kind, id) WHERE thread IS NOT NULL",
+            "CREATE INDEX docs_scope_time ON docs(scope, created_at)",
+            "CREATE INDEX docs_speaker ON docs(scope, speaker) WHERE speaker IS NOT NULL",
+            # text = the searchable text; ctx = its neighbours in the same thread (a message's
+            # previous and next message), weighted lower by bm25.
             """CREATE VIRTUAL TABLE docs_fts USING fts5(
-                text, tokenize = 'porter unicode61', content = '', contentless_delete = 1
+                text, ctx, tokenize = 'porter unicode61'
             )""",
             # Index what an older database already holds.
-            """INSERT INTO docs (kind, ref_id, scope, created_at)
-               SELECT 'message', id, scope, created_at FROM messages
+            """INSERT INTO docs (kind, ref_id, scope, created_at, thread)
+               SELECT 'message', id, scope, created_at, session_id FROM messages
                WHERE role IN ('user', 'assistant') AND content != '' ORDER BY id""",
-            """INSERT INTO docs_fts (rowid, text)
-               SELECT d.id, m.content FROM docs d JOIN messages m
+            """INSERT INTO docs_fts (rowid, text, ctx)
+               SELECT d.id, m.content, '' FROM docs d JOIN messages m
                ON d.kind = 'message' AND d.ref_id = m.id""",
         ],
     ),
@@ -133,6 +142,7 @@ class Store:
         self.vector_enabled = self.conn.vector_enabled
         self.vector_error = self.conn.vector_error
         self.dim: int | None = None
+        self._speakers: dict[str, list[str]] = {}
 
     def close(self) -> None:
         with self.lock:
@@ -243,27 +253,81 @@ class Store:
     # ---- the searchable index ---------------------------------------------------------
 
     def index_doc(
-        self, conn: db.Connection, kind: str, ref_id: int, scope: str, created_at: str, text: str
+        self,
+        conn: db.Connection,
+        kind: str,
+        ref_id: int,
+        scope: str,
+        created_at: str,
+        text: str,
+        *,
+        thread: str | None = None,
+        speaker: str | None = None,
     ) -> int:
-        """Add or refresh one searchable text inside the caller's transaction."""
+        """Add or refresh one searchable text inside the caller's transaction.
+
+        With a ``thread`` (session), the previous doc of that thread and this one get each
+        other's text as FTS context.
+        """
         row = conn.execute(
             "SELECT id FROM docs WHERE kind = ? AND ref_id = ?", (kind, ref_id)
         ).fetchone()
         if row is not None:
             self.unindex_doc(conn, row[0])
         cur = conn.execute(
-            "INSERT INTO docs (kind, ref_id, scope, created_at) VALUES (?, ?, ?, ?)",
-            (kind, ref_id, scope, created_at),
+            "INSERT INTO docs (kind, ref_id, scope, created_at, thread, speaker) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (kind, ref_id, scope, created_at, thread, speaker),
         )
         doc_id = int(cur.lastrowid)
-        conn.execute("INSERT INTO docs_fts (rowid, text) VALUES (?, ?)", (doc_id, text))
+        ctx = ""
+        if thread is not None:
+            prev = self._thread_before(conn, thread, kind, doc_id)
+            if prev is not None:
+                prev_text = self._fts_text(conn, prev)
+                ctx = prev_text[:CTX_CHARS]
+                before = self._thread_before(conn, thread, kind, prev)
+                prev_ctx = self._fts_text(conn, before)[:CTX_CHARS] if before else ""
+                conn.execute(
+                    "UPDATE docs_fts SET ctx = ? WHERE rowid = ?",
+                    (f"{prev_ctx}\n{text[:CTX_CHARS]}".strip(), prev),
+                )
+        conn.execute(
+            "INSERT INTO docs_fts (rowid, text, ctx) VALUES (?, ?, ?)", (doc_id, text, ctx)
+        )
+        if speaker:
+            self._speakers.pop(scope, None)
         return doc_id
+
+    @staticmethod
+    def _thread_before(conn: db.Connection, thread: str, kind: str, doc_id: int) -> int | None:
+        row = conn.execute(
+            "SELECT id FROM docs WHERE thread = ? AND kind = ? AND id < ? ORDER BY id DESC LIMIT 1",
+            (thread, kind, doc_id),
+        ).fetchone()
+        return int(row[0]) if row else None
+
+    @staticmethod
+    def _fts_text(conn: db.Connection, doc_id: int) -> str:
+        row = conn.execute("SELECT text FROM docs_fts WHERE rowid = ?", (doc_id,)).fetchone()
+        return str(row[0]) if row else ""
 
     def unindex_doc(self, conn: db.Connection, doc_id: int) -> None:
         conn.execute("DELETE FROM docs_fts WHERE rowid = ?", (doc_id,))
         if self.vector_enabled and self.dim is not None:
             conn.execute("DELETE FROM docs_vec WHERE rowid = ?", (doc_id,))
         conn.execute("DELETE FROM docs WHERE id = ?", (doc_id,))
+
+    def speakers(self, scope: str) -> list[str]:
+        """Distinct speaker names recorded in ``scope`` (cached until a new one is indexed)."""
+        with self.lock:
+            if scope not in self._speakers:
+                rows = self.conn.execute(
+                    "SELECT DISTINCT speaker FROM docs WHERE scope = ? AND speaker IS NOT NULL",
+                    (scope,),
+                ).fetchall()
+                self._speakers[scope] = [r[0] for r in rows if r[0]]
+            return self._speakers[scope]
 
     def store_vectors(self, rows: list[tuple[int, str, bytes]]) -> None:
         """Write (doc id, scope, float32 bytes) vectors and mark the docs embedded."""

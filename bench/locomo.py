@@ -1,0 +1,161 @@
+"""LoCoMo retrieval benchmark: evidence recall@1/5/10 of Luna's hybrid memory search.
+
+For each LoCoMo conversation: a fresh database, every turn imported as a memory (text
+``Speaker: utterance`` plus the shared photo's caption, external id = the turn's ``dia_id``,
+created_at = its session's date), then every question of categories 1-4 is searched (category 5,
+adversarial, has no answer in the conversation and is left out). Recall@k of a question is the
+share of its evidence turns found in the top k; the figures are means over questions.
+
+Usage: ``python bench/locomo.py [--data DIR] [--limit N] [--k 10]``. Prints a table and one
+JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from luna.config import MemoryConfig  # noqa: E402
+from luna.memory import Memory  # noqa: E402
+from luna.memory.embeddings import Embedder  # noqa: E402
+
+DEFAULT_DATA = REPO.parent / "shared" / "data" / "locomo10"
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+KS = (1, 5, 10)
+_EVIDENCE = re.compile(r"D\d+:\d+")
+
+
+def session_date(text: str) -> str:
+    """'1:56 pm on 8 May, 2023' -> ISO 8601 (UTC)."""
+    when = dt.datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y")
+    return when.replace(tzinfo=dt.UTC).isoformat()
+
+
+def turns(conv: dict, name: str = "") -> list[dict]:
+    out = []
+    n = 1
+    while f"session_{n}_date_time" in conv:
+        date = session_date(conv[f"session_{n}_date_time"])
+        for turn in conv.get(f"session_{n}") or []:
+            text = f"{turn['speaker']}: {turn['text']}"
+            if turn.get("blip_caption"):
+                text += f" [shares {turn['blip_caption']}]"
+            out.append(
+                {
+                    "text": text,
+                    "id": turn["dia_id"],
+                    "created_at": date,
+                    "source": "import",
+                    "speaker": turn["speaker"],
+                    "session_id": f"locomo-{name}-session-{n}",
+                }
+            )
+        n += 1
+    return out
+
+
+def percentile(values: list[float], p: float) -> float:
+    if not values:
+        return 0.0
+    values = sorted(values)
+    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
+
+
+async def run_conversation(path: Path, embedder: Embedder, k: int) -> tuple[list, list, int]:
+    conv = json.loads(await asyncio.to_thread(path.read_text))
+    rows: list[tuple[int, dict[int, float]]] = []
+    latencies: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        mem = Memory(MemoryConfig(db_path=Path(tmp) / "locomo.db"))
+        mem.embedder = embedder
+        await mem.open(background=False)
+        try:
+            items = turns(conv, path.stem)
+            await mem.add_memories(items)
+            for qa in conv["qa"]:
+                if qa.get("category") not in CATEGORIES:
+                    continue
+                evidence = set(_EVIDENCE.findall(" ".join(map(str, qa.get("evidence", [])))))
+                if not evidence:
+                    continue
+                start = time.perf_counter()
+                hits = await mem.recall(str(qa["question"]), k=k)
+                latencies.append((time.perf_counter() - start) * 1000)
+                ids = [h.external_id for h in hits]
+                recall = {cut: len(evidence & set(ids[:cut])) / len(evidence) for cut in KS}
+                rows.append((qa["category"], recall))
+        finally:
+            await mem.close()
+    return rows, latencies, len(items)
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="LoCoMo folder")
+    parser.add_argument("--limit", type=int, default=0, help="only the first N conversations")
+    parser.add_argument("--k", type=int, default=10, help="results per search")
+    args = parser.parse_args()
+    files = sorted(args.data.glob("*.json"))
+    if not files:
+        print(f"no LoCoMo conversations in {args.data}", file=sys.stderr)
+        return 2
+    if args.limit:
+        files = files[: args.limit]
+    embedder = Embedder("all-MiniLM-L6-v2", 384)
+    await asyncio.to_thread(embedder.load)
+    all_rows: list[tuple[int, dict[int, float]]] = []
+    latencies: list[float] = []
+    n_turns = 0
+    for path in files:
+        rows, lats, n = await run_conversation(path, embedder, max(args.k, max(KS)))
+        all_rows += rows
+        latencies += lats
+        n_turns += n
+
+    def mean_at(rows: list, cut: int) -> float:
+        return statistics.fmean(r[cut] for _, r in rows) if rows else 0.0
+
+    result = {
+        "bench": "locomo",
+        "conversations": len(files),
+        "turns": n_turns,
+        "questions": len(all_rows),
+        **{f"recall@{cut}": round(mean_at(all_rows, cut), 4) for cut in KS},
+        "per_category": {
+            name: {
+                "questions": len(sub := [r for r in all_rows if r[0] == cat]),
+                **{f"recall@{cut}": round(mean_at(sub, cut), 4) for cut in KS},
+            }
+            for cat, name in CATEGORIES.items()
+        },
+        "latency_ms_p50": round(percentile(latencies, 50), 2),
+        "latency_ms_p95": round(percentile(latencies, 95), 2),
+    }
+    print(f"LoCoMo: {len(files)} conversations, {n_turns} turns, {len(all_rows)} questions")
+    print(f"{'category':<14}{'n':>6}{'R@1':>8}{'R@5':>8}{'R@10':>8}")
+    for name, vals in result["per_category"].items():
+        print(
+            f"{name:<14}{vals['questions']:>6}"
+            + "".join(f"{vals[f'recall@{c}']:>8.3f}" for c in KS)
+        )
+    print(
+        f"{'overall':<14}{len(all_rows):>6}" + "".join(f"{result[f'recall@{c}']:>8.3f}" for c in KS)
+    )
+    print(f"query latency p50 {result['latency_ms_p50']} ms, p95 {result['latency_ms_p95']} ms")
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
