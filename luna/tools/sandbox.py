@@ -8,6 +8,8 @@
   new PID namespace (Luna's own ``/proc/<pid>/environ`` is not visible);
 - Luna's data folder (database, logs, tool outputs, ``.env``) is covered by an empty read-only
   tmpfs, even though the workspace lives inside it by default (it is bound back on top);
+  private files outside it (the ``.env`` next to config.toml, ``mcp_servers.json``) are
+  covered by an empty read-only file;
 - the network is a new empty namespace unless ``tools.network`` is true;
 - no capabilities, even when Luna runs as root (``--cap-drop ALL``), so nothing can be
   remounted;
@@ -57,6 +59,7 @@ def protected_paths(cfg: Config) -> list[Path]:
         cfg.tools.outputs_dir,
         cfg.data_dir / ".env",
         cfg.base_dir / ".env",
+        cfg.mcp.servers_file,  # may hold literal headers or env values for MCP servers
     ]
     out: list[Path] = []
     for p in paths:
@@ -89,13 +92,14 @@ def bwrap_command(
         cmd += ["--bind", str(w), str(w)]
     for h in hidden_dirs:
         cmd += ["--remount-ro", str(h)]
-    # Private things that live inside a writable root are covered again on top of the bind.
+    # Private things inside a writable root are covered again on top of the bind; private
+    # files elsewhere (the .env next to config.toml) are covered by an empty file.
     for p in protected_paths(cfg):
-        if any(_inside(p, w) for w in writable) and p not in writable:
-            if p.is_dir():
-                cmd += ["--tmpfs", str(p), "--remount-ro", str(p)]
-            elif p.exists():
-                cmd += ["--ro-bind", "/dev/null", str(p)]
+        inside_writable = any(_inside(p, w) for w in writable)
+        if inside_writable and p not in writable and p.is_dir():
+            cmd += ["--tmpfs", str(p), "--remount-ro", str(p)]
+        elif p.is_file() and (inside_writable or not any(_inside(p, h) for h in hidden_dirs)):
+            cmd += ["--ro-bind", "/dev/null", str(p)]
     cmd += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     if not cfg.tools.network:
         cmd += ["--unshare-net"]

@@ -15,15 +15,20 @@ import re
 import resource
 import shutil
 import socket
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from luna.config import Config
+from luna.config import Config, build_config
 from luna.messages import ToolCall
 from luna.tools import build_registry, sandbox_status, tool_env
 from luna.tools.sandbox import bwrap_command
 from tests.tools.conftest import DB_CANARY, ENV_CANARY, LOG_CANARY
+
+BASE_ENV_CANARY = "base-envfile-canary-33ab"
+MCP_CANARY = "mcp-header-canary-08fe"
 
 TOKEN_CANARY = "secret-canary"
 
@@ -298,3 +303,61 @@ async def test_network_config_lets_bash_reach_the_network(tools_config, make_ctx
         conn.close()
     finally:
         listener.close()
+
+
+@pytest.fixture
+def host_config() -> Iterator[Config]:
+    """A default-layout install *outside* /tmp (bwrap's /tmp is private, which would hide
+    tmp_path-based data folders whether or not the sandbox hides them on purpose)."""
+    root = Path(tempfile.mkdtemp(prefix="luna-escape-", dir="/var/tmp"))
+    try:
+        cfg = build_config({}, {}, base_dir=root)
+        cfg.data_dir.mkdir(parents=True)
+        cfg.memory.db_path.write_text(f"SQLite format 3 {DB_CANARY}")
+        (cfg.data_dir / ".env").write_text(f"DISCORD_TOKEN={ENV_CANARY}\n")
+        (root / ".env").write_text(f"DISCORD_TOKEN={BASE_ENV_CANARY}\n")
+        cfg.mcp.servers_file.write_text(
+            json.dumps({"servers": {"s": {"headers": {"A": MCP_CANARY}}}})
+        )
+        cfg.observe.log_dir.mkdir(parents=True)
+        (cfg.observe.log_dir / "luna-2026-01-01.jsonl").write_text(LOG_CANARY + "\n")
+        cfg.agent.workspace.mkdir(parents=True)
+        yield cfg
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def test_escape_suite_outside_tmp_hides_data_and_base_env(
+    host_config: Config, make_ctx, secrets_in_env
+) -> None:
+    cfg = host_config
+    base = cfg.base_dir
+    assert not str(cfg.data_dir.resolve()).startswith("/tmp/")
+    reg = build_registry(cfg)
+    ctx = make_ctx(frontend="repl")
+    attempts = [
+        *escape_attempts(cfg, 9),
+        (
+            "read the .env next to config.toml",
+            f"cat {base}/.env; cat ../../.env; base64 {base}/.env",
+            [
+                BASE_ENV_CANARY,
+                base64.b64encode(f"DISCORD_TOKEN={BASE_ENV_CANARY}".encode()).decode()[:20],
+            ],
+        ),
+        ("read mcp_servers.json", f"cat {cfg.mcp.servers_file}", [MCP_CANARY]),
+        (
+            "search the install",
+            f"grep -ra canary {base} 2>/dev/null | head -50",
+            [DB_CANARY, ENV_CANARY, BASE_ENV_CANARY, LOG_CANARY, MCP_CANARY],
+        ),
+    ]
+    for name, command, forbidden in attempts:
+        out = await bash(reg, ctx, command, limit=60)
+        for word in forbidden:
+            assert word not in out, f"{name}: leaked {word!r}: {out[:500]}"
+        benign = await bash(reg, ctx, "echo benign-ok > ok.txt && cat ok.txt")
+        assert "benign-ok" in benign and "[exit code: 0]" in benign, f"after {name}: {benign}"
+    assert (base / ".env").read_text() == f"DISCORD_TOKEN={BASE_ENV_CANARY}\n"
+    assert cfg.memory.db_path.read_text().endswith(DB_CANARY)
+    assert not (base / "outside.txt").exists()
