@@ -18,7 +18,9 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from luna.config import Config
 from luna.errors import ToolError
@@ -27,6 +29,28 @@ from luna.tools.sandbox import protected_paths
 
 MAX_READ_BYTES = 20_000_000  # files above this are read by line window only up to this size
 BINARY_SNIFF = 8192
+MAX_LINE_BYTES = 4096  # a longer line is shown cut; the rest of it is skipped unread-into-memory
+
+
+def _lines(f: Any, max_line: int, max_total: int) -> Iterator[tuple[bytes | None, int]]:
+    """(first ``max_line`` bytes of each line, the line's length) in constant memory.
+
+    The rest of a long line is skipped chunk by chunk. After ``max_total`` bytes, yields
+    ``(None, 0)`` once and stops.
+    """
+    skip = max(max_line, 65536)
+    total = 0
+    while total <= max_total:
+        raw = f.readline(max_line)
+        if not raw:
+            return
+        length, last, size = len(raw), raw, max_line
+        while not last.endswith(b"\n") and len(last) == size and total + length <= max_total:
+            last, size = f.readline(skip), skip
+            length += len(last)
+        total += length
+        yield raw, length
+    yield None, 0
 
 
 class PathPolicy:
@@ -106,11 +130,9 @@ def _read(policy: PathPolicy, path: Path, offset: int, limit: int, budget: int) 
         used = 0
         line_no = 0
         more = False
-        read_bytes = 0
-        for raw in f:
+        for raw, length in _lines(f, MAX_LINE_BYTES, MAX_READ_BYTES):
             line_no += 1
-            read_bytes += len(raw)
-            if read_bytes > MAX_READ_BYTES:
+            if raw is None:  # the byte cap was reached inside the file
                 more = True
                 break
             if line_no < offset:
@@ -119,8 +141,13 @@ def _read(policy: PathPolicy, path: Path, offset: int, limit: int, budget: int) 
                 more = True
                 break
             line = raw.decode("utf-8", "replace").rstrip("\n")
+            if length > len(raw):
+                line = f"{line} [... line cut after {len(raw)} of {length} bytes]"
             entry = f"{line_no:>6}\t{line}"
             if used + len(entry) + 1 > budget:
+                if not out:  # one line wider than the budget: show its start
+                    out.append(entry[: max(budget - 100, 100)] + " [... line cut ...]")
+                    line_no += 1
                 out.append(
                     f"[... stopped at line {line_no}: output limit; read on with "
                     f"offset={line_no} ...]"

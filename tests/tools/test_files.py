@@ -179,3 +179,26 @@ async def test_subagent_workdir_is_the_relative_base(tools_config, make_ctx) -> 
         reg, make_ctx(workdir=workdir, depth=1), "write_file", path="m.py", content="print(1)"
     )
     assert not err and (workdir / "m.py").read_text() == "print(1)"
+
+
+async def test_read_file_huge_single_line_is_cut_in_constant_memory(tools_config, make_ctx) -> None:
+    import tracemalloc
+
+    cfg = tools_config()
+    path = cfg.agent.workspace / "one-line.txt"
+    with path.open("wb") as f:
+        for _ in range(15):  # under MAX_READ_BYTES, so the next line stays reachable
+            f.write(b"y" * 1_000_000)
+        f.write(b"\nsecond line\n")
+    reg = build_registry(cfg)
+    tracemalloc.start()
+    try:
+        err, out = await run(reg, make_ctx(), "read_file", path="one-line.txt")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert not err, out
+    assert peak < 5_000_000, f"read_file held {peak / 1e6:.0f} MB for a 15 MB line"
+    # The long line is shown cut (not skipped forever), and the next line is still reachable.
+    assert "yyyy" in out and "line cut" in out and "second line" in out, out[-500:]
+    assert len(out) < cfg.tools.passthrough_bytes + 200
