@@ -4,10 +4,11 @@ Invariants (web_fetch):
 - Only http and https. Redirects are followed by hand (at most ``MAX_REDIRECTS``), and every
   hop is checked again.
 - Before each request the host is resolved; if any address is not globally routable (loopback,
-  private, link-local including cloud metadata, CGNAT, multicast, reserved, unspecified, or an
-  IPv4-mapped form of those) the fetch is refused, unless the host is in
-  ``tools.fetch_allow_hosts``. The connection goes to the checked address (the URL's host is
-  kept for the Host header and TLS SNI), so a second DNS answer cannot slip past the check.
+  private, link-local including cloud metadata, CGNAT, multicast, reserved, unspecified, or
+  an IPv4-mapped, IPv4-compatible, 6to4 or NAT64 form of those) the fetch is refused, unless
+  the host is in ``tools.fetch_allow_hosts``. The connection goes to the checked address (the
+  URL's host is kept for the Host header and TLS SNI), so a second DNS answer cannot slip past
+  the check.
 - Bodies are read in chunks and cut at ``tools.fetch_max_bytes``; the whole fetch is bounded by
   ``tools.fetch_timeout``. HTML becomes markdown with html2text (in a thread).
 - Proxy variables from the environment are ignored (``trust_env=False``).
@@ -44,10 +45,19 @@ TEXT_TYPES = (
 )
 
 
+NAT64 = ipaddress.ip_network("64:ff9b::/96")
+IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
+
+
 def is_public(addr: str) -> bool:
+    """True only for globally routable unicast; IPv6 forms embedding IPv4 are judged by it."""
     ip = ipaddress.ip_address(addr.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        embedded = ip.ipv4_mapped or ip.sixtofour
+        if embedded is None and (ip in NAT64 or ip in IPV4_COMPATIBLE):
+            embedded = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+        if embedded is not None:
+            ip = embedded
     return ip.is_global and not ip.is_multicast
 
 

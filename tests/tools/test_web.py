@@ -93,6 +93,7 @@ async def test_web_fetch_only_http_and_https(tools_config, make_ctx, url: str) -
 
 def test_is_public_classification() -> None:
     assert is_public("93.184.216.34") and is_public("2606:4700::1111")
+    assert is_public("64:ff9b::5db8:d822")  # NAT64 of a public address stays public
     for addr in (
         "127.0.0.1",
         "10.0.0.1",
@@ -104,6 +105,11 @@ def test_is_public_classification() -> None:
         "100.64.0.1",
         "224.0.0.1",
         "::ffff:10.0.0.1",
+        "::127.0.0.1",  # IPv4-compatible
+        "64:ff9b::7f00:1",  # NAT64 of 127.0.0.1
+        "64:ff9b::a9fe:a9fe",  # NAT64 of the metadata address
+        "2002:7f00:1::1",  # 6to4 of 127.0.0.1
+        "2002:a00:1::1",  # 6to4 of 10.0.0.1
     ):
         assert not is_public(addr), addr
 
