@@ -58,6 +58,8 @@ async def test_manager_reports_errors_and_describes_images(mcp_cfg, mcp_manager)
     assert picture.content.splitlines()[0] == "a tiny picture"
     assert picture.content.splitlines()[1].startswith("[image/png, ")
     unknown = await manager.call("echo__nope", {})
+    assert unknown.is_error and "Unknown MCP tool 'echo__nope'" in unknown.content
+    assert "echo__echo" in unknown.content  # the known names are listed
     assert unknown.is_error and "Unknown MCP tool" in unknown.content
 
 
@@ -168,6 +170,17 @@ async def test_manager_passes_only_named_env_variables(mcp_cfg, mcp_manager) -> 
     assert (await manager.call("echo__env", {"name": "GIVEN"})).content == "visible"
     assert (await manager.call("echo__env", {"name": "DISCORD_TOKEN"})).content == "<unset>"
     assert (await manager.call("echo__env", {"name": "LUNA_TEST_VALUE"})).content == "<unset>"
+
+
+async def test_manager_starts_stdio_server_in_its_expanded_cwd(
+    mcp_cfg, mcp_manager, tmp_path
+) -> None:
+    folder = tmp_path / "server-home"
+    folder.mkdir()
+    environ = dict(os.environ, LUNA_TEST_DIR=str(folder))
+    cfg = mcp_cfg({"echo": echo_entry(cwd="${LUNA_TEST_DIR}")})
+    manager, _ = await started(mcp_manager, cfg, environ)
+    assert (await manager.call("echo__cwd", {})).content == str(folder)
 
 
 async def test_manager_catalog_expose_and_permission(mcp_cfg, mcp_manager) -> None:

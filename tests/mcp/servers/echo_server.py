@@ -3,7 +3,7 @@
 Tools: echo, add, fail (isError), picture (image content), big (large text), sleep,
 crash (kills its own process), break_server (kills it and makes restarts fail while the file
 named by $ECHO_FLAG exists), add_tool (adds a tool and sends tools/list_changed),
-env (reads an environment variable), pid (the server's process id).
+env (reads an environment variable), pid (the server's process id), cwd (its working folder).
 """
 
 from __future__ import annotations
@@ -81,6 +81,12 @@ def break_server() -> str:
 def pid() -> int:
     """The server's process id."""
     return os.getpid()
+
+
+@mcp.tool()
+def cwd() -> str:
+    """The server's working directory."""
+    return os.getcwd()
 
 
 @mcp.tool()
