@@ -56,7 +56,7 @@ class Memory:
 
     def __init__(self, cfg: MemoryConfig) -> None:
         self.cfg = cfg
-        self.embedder = Embedder(cfg.embedding_model, cfg.embedding_dim)
+        self.embedder = Embedder.shared(cfg.embedding_model, cfg.embedding_dim)
         self.vector_enabled = False
         self.vector_error = ""
         self._store: Store | None = None

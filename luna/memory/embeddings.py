@@ -42,6 +42,18 @@ def resolve_model(name: str) -> str:
 class Embedder:
     """Turns texts into normalized float32 vectors with one lazily loaded model."""
 
+    _shared: dict[tuple[str, int], Embedder] = {}
+    _shared_lock = threading.Lock()
+
+    @classmethod
+    def shared(cls, model_name: str, dim: int) -> Embedder:
+        """The process-wide embedder for a model (the model is loaded once per process)."""
+        with cls._shared_lock:
+            key = (model_name, dim)
+            if key not in cls._shared:
+                cls._shared[key] = cls(model_name, dim)
+            return cls._shared[key]
+
     def __init__(self, model_name: str, dim: int) -> None:
         self.model_name = model_name
         self.dim = dim

@@ -29,8 +29,8 @@ __all__ = ["RecallItem", "build_fts_query", "format_recall", "hybrid_search", "q
 FTS_WEIGHT = 0.5
 VEC_WEIGHT = 0.5
 CTX_WEIGHT = 0.5  # bm25 weight of a doc's neighbours' text relative to its own
-SPEAKER_BOOST = 0.4
-DATE_BOOST = 0.3
+SPEAKER_BOOST = 0.5
+DATE_BOOST = 0.5
 WINDOW_MAX_DOCS = 2000
 TIE_BREAK = 2e-3  # total bonus for recency + importance (scores are in [0, 1] plus boosts)
 RECENCY_HALF_LIFE_DAYS = 90.0
@@ -65,10 +65,14 @@ def _recency(created_at: str, now: dt.datetime) -> float:
     return math.exp(-age_days * math.log(2) / RECENCY_HALF_LIFE_DAYS)
 
 
-def _bm25(store: Store, match: str, scope: str, limit: int, ids: list[int] | None = None):
+def _bm25(
+    store: Store, match: str, scope: str, limit: int, ids: list[int] | None = None
+) -> list[tuple]:
+    # CROSS JOIN keeps the FTS index as the outer loop (a plain JOIN let SQLite scan every
+    # doc of the scope and run the MATCH once per doc: 40x slower).
     sql = (
         f"SELECT f.rowid, -bm25(docs_fts, 1.0, {CTX_WEIGHT}) FROM docs_fts f "
-        "JOIN docs d ON d.id = f.rowid WHERE docs_fts MATCH ? AND d.scope = ?"
+        "CROSS JOIN docs d ON d.id = f.rowid WHERE docs_fts MATCH ? AND d.scope = ?"
     )
     params: list[Any] = [match, scope]
     if ids is not None:

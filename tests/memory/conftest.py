@@ -20,7 +20,7 @@ from luna.memory.embeddings import Embedder
 
 @pytest.fixture(scope="session")
 def embedder() -> Embedder:
-    emb = Embedder("all-MiniLM-L6-v2", 384)
+    emb = Embedder.shared("all-MiniLM-L6-v2", 384)
     emb.load()
     return emb
 

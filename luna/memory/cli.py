@@ -1,0 +1,291 @@
+"""``luna memory …`` commands: search, list, add, forget, stats, reindex, import.
+
+Invariants:
+- Each command opens the memory database, does one job and closes it; the exit code says
+  whether it worked (import: non-zero when any line was skipped).
+- Bad input never raises a traceback: a malformed import line is reported with its line number
+  and skipped, the rest imports.
+- Output for machines (``--json``) is one JSON object per line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from luna.config import Config
+from luna.errors import LunaError
+from luna.memory import Memory, RecallItem, normalize_timestamp
+
+IMPORT_BATCH = 256
+SOURCES = ("user", "assistant", "tool", "import")
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add ``memory`` and its subcommands to the top-level CLI."""
+    p = subparsers.add_parser("memory", help="search and manage Luna's long-term memory")
+    sub = p.add_subparsers(dest="memory_command", required=True, metavar="COMMAND")
+
+    s = sub.add_parser("search", help="hybrid search over messages, memories and summaries")
+    s.add_argument("query", nargs="?", help="what to look for")
+    s.add_argument("-k", type=int, default=None, help="number of results (default recall_k)")
+    s.add_argument("--json", action="store_true", help="one JSON line per query")
+    s.add_argument("--batch", type=Path, help="file with one query per line")
+    s.add_argument("--scope", default="owner", help='"owner" or "user:<discord id>"')
+    s.set_defaults(handler=search_cmd)
+
+    ls = sub.add_parser("list", help="list stored memories, newest first")
+    ls.add_argument("-n", "--limit", type=int, default=50, help="how many (default 50)")
+    ls.add_argument("--scope", default=None, help="only this scope (default: all)")
+    ls.add_argument("--json", action="store_true", help="one JSON line per memory")
+    ls.set_defaults(handler=list_cmd)
+
+    a = sub.add_parser("add", help="remember a note")
+    a.add_argument("text", help="the note")
+    a.add_argument("--importance", type=int, default=5, help="1-10 (default 5)")
+    a.add_argument("--scope", default="owner", help='"owner" or "user:<discord id>"')
+    a.set_defaults(handler=add_cmd)
+
+    f = sub.add_parser("forget", help="delete a memory by id")
+    f.add_argument("id", type=int, help="memory id (see `luna memory list`)")
+    f.set_defaults(handler=forget_cmd)
+
+    st = sub.add_parser("stats", help="counts, database size, embedding model")
+    st.add_argument("--json", action="store_true", help="print one JSON object")
+    st.set_defaults(handler=stats_cmd)
+
+    r = sub.add_parser("reindex", help="re-embed everything with the configured model")
+    r.set_defaults(handler=reindex_cmd)
+
+    im = sub.add_parser("import", help="import memories from a JSON-lines file")
+    im.add_argument("file", type=Path, help='JSONL: {"text": ..., "id"?, "created_at"?, ...}')
+    im.add_argument("--scope", default="owner", help='"owner" or "user:<discord id>"')
+    im.set_defaults(handler=import_cmd)
+
+
+async def _open(cfg: Config, **kwargs: Any) -> Memory:
+    mem = Memory(cfg.memory)
+    await mem.open(background=False, **kwargs)
+    if not mem.vector_enabled:
+        print(
+            f"note: vector search unavailable ({mem.vector_error}); keyword search only",
+            file=sys.stderr,
+        )
+    return mem
+
+
+def _result(item: RecallItem) -> dict[str, Any]:
+    return {
+        "id": item.external_id if item.external_id is not None else item.id,
+        "kind": item.kind,
+        "score": item.score,
+        "text": item.text,
+        "created_at": item.created_at,
+        "source": item.source,
+    }
+
+
+async def search_cmd(args: argparse.Namespace, cfg: Config) -> int:
+    if args.batch is None and not args.query:
+        print("memory search: give a QUERY or --batch FILE", file=sys.stderr)
+        return 2
+    if args.batch is not None:
+        try:
+            text = await asyncio.to_thread(args.batch.read_text, encoding="utf-8")
+        except OSError as e:
+            print(f"memory search: cannot read {args.batch}: {e}", file=sys.stderr)
+            return 2
+        queries = [q.strip() for q in text.splitlines() if q.strip()]
+    else:
+        queries = [args.query]
+    mem = await _open(cfg)
+    try:
+        await mem.flush_index()
+        for query in queries:
+            items = await mem.recall(query, scope=args.scope, k=args.k)
+            if args.json:
+                print(
+                    json.dumps(
+                        {"query": query, "results": [_result(i) for i in items]}, ensure_ascii=False
+                    ),
+                    flush=True,
+                )
+                continue
+            if len(queries) > 1:
+                print(f"== {query}")
+            if not items:
+                print("(nothing found)")
+            for it in items:
+                ident = it.external_id if it.external_id is not None else it.id
+                print(
+                    f"{it.kind:<7} {ident!s:<8} {it.score:6.3f}  {it.created_at[:10]}  "
+                    f"[{it.source}] {' '.join(it.text.split())[:200]}"
+                )
+    finally:
+        await mem.close()
+    return 0
+
+
+async def list_cmd(args: argparse.Namespace, cfg: Config) -> int:
+    mem = await _open(cfg)
+    try:
+        rows = await mem.list_memories(scope=args.scope, limit=args.limit)
+    finally:
+        await mem.close()
+    for r in rows:
+        if args.json:
+            print(json.dumps(r, ensure_ascii=False))
+            continue
+        flag = f" (superseded by #{r['superseded_by']})" if r["superseded_by"] else ""
+        print(
+            f"#{r['id']:<6} imp {r['importance']:>2}  {r['created_at'][:10]}  {r['scope']:<10} "
+            f"[{r['source']}] {r['text']}{flag}"
+        )
+    if not rows and not args.json:
+        print("(no memories)")
+    return 0
+
+
+async def add_cmd(args: argparse.Namespace, cfg: Config) -> int:
+    if not 1 <= args.importance <= 10:
+        print("memory add: --importance must be 1-10", file=sys.stderr)
+        return 2
+    mem = await _open(cfg)
+    try:
+        mem_id = await mem.add_memory(args.text, importance=args.importance, scope=args.scope)
+    finally:
+        await mem.close()
+    print(f"remembered #{mem_id}")
+    return 0
+
+
+async def forget_cmd(args: argparse.Namespace, cfg: Config) -> int:
+    mem = await _open(cfg)
+    try:
+        found = await mem.forget(args.id)
+    finally:
+        await mem.close()
+    print(f"forgot #{args.id}" if found else f"no memory #{args.id}")
+    return 0 if found else 1
+
+
+async def stats_cmd(args: argparse.Namespace, cfg: Config) -> int:
+    mem = await _open(cfg)
+    try:
+        stats = await mem.stats()
+    finally:
+        await mem.close()
+    if args.json:
+        print(json.dumps(stats))
+    else:
+        for key, value in stats.items():
+            print(f"{key:<16} {value}")
+    return 0
+
+
+async def reindex_cmd(args: argparse.Namespace, cfg: Config) -> int:
+    from tqdm import tqdm
+
+    mem = await _open(cfg, allow_model_change=True)
+    try:
+        total = await mem.count_docs()
+        with tqdm(total=total, unit="doc", desc="reindex", file=sys.stderr) as bar:
+            done = await mem.reindex(progress=bar.update)
+    finally:
+        await mem.close()
+    print(
+        f"re-embedded {done} items with {cfg.memory.embedding_model} "
+        f"({cfg.memory.embedding_dim} dims)"
+    )
+    return 0
+
+
+def parse_import_line(line: str, default_session: str, scope: str) -> dict[str, Any]:
+    """One JSONL line -> a memory record; ValueError says what is wrong."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not valid JSON ({e.msg})") from None
+    if not isinstance(obj, dict):
+        raise ValueError("not a JSON object")
+    text = obj.get("text")
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError('"text" is required and must be a non-empty string')
+    ext = obj.get("id")
+    if ext is not None and not isinstance(ext, str | int) or isinstance(ext, bool):
+        raise ValueError('"id" must be a string or an integer')
+    created = obj.get("created_at")
+    if created is not None:
+        if not isinstance(created, str):
+            raise ValueError('"created_at" must be an ISO 8601 string')
+        try:
+            created = normalize_timestamp(created)
+        except ValueError:
+            raise ValueError(f'"created_at" is not ISO 8601: {created!r}') from None
+    source = obj.get("source", "import")
+    if source not in SOURCES:
+        raise ValueError(f'"source" must be one of {", ".join(SOURCES)}')
+    speaker = obj.get("speaker")
+    session = obj.get("session") or default_session
+    return {
+        "text": text,
+        "id": None if ext is None else str(ext),
+        "created_at": created,
+        "source": source,
+        "speaker": str(speaker) if speaker else None,
+        "session_id": str(session),
+        "scope": scope,
+        "importance": 5,
+    }
+
+
+async def import_cmd(args: argparse.Namespace, cfg: Config) -> int:
+    from tqdm import tqdm
+
+    try:
+        text = await asyncio.to_thread(args.file.read_text, encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        print(f"memory import: cannot read {args.file}: {e}", file=sys.stderr)
+        return 2
+    lines = text.splitlines()
+    default_session = f"import:{args.file.name}"
+    mem = await _open(cfg)
+    imported = skipped = existing = 0
+    batch: list[dict[str, Any]] = []
+    try:
+        with tqdm(total=len(lines), unit="line", desc="import", file=sys.stderr) as bar:
+
+            async def flush() -> None:
+                nonlocal imported, existing
+                if batch:
+                    ids, dup = await mem.add_memories(batch)
+                    imported += len(ids)
+                    existing += dup
+                    bar.update(len(batch))
+                    batch.clear()
+
+            for number, line in enumerate(lines, start=1):
+                if not line.strip():
+                    bar.update(1)
+                    continue
+                try:
+                    batch.append(parse_import_line(line, default_session, args.scope))
+                except ValueError as e:
+                    skipped += 1
+                    bar.update(1)
+                    tqdm.write(f"{args.file}:{number}: skipped: {e}", file=sys.stderr)
+                    continue
+                if len(batch) >= IMPORT_BATCH:
+                    await flush()
+            await flush()
+    except LunaError as e:
+        print(f"memory import: {e}", file=sys.stderr)
+        return 1
+    finally:
+        await mem.close()
+    print(f"imported {imported}, skipped {skipped} malformed line(s), {existing} already present")
+    return 1 if skipped else 0

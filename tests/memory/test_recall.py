@@ -1,0 +1,169 @@
+"""Hybrid recall: paraphrases across sessions, hostile queries, scopes, supersede, budget."""
+
+from __future__ import annotations
+
+import pytest
+
+from luna import db
+from luna.memory import Memory, RecallItem, format_recall
+from luna.memory.query import build_fts_query, plan_query
+
+HOSTILE = [
+    "",
+    "   ",
+    '"',
+    '""',
+    "'",
+    "AND",
+    "OR NOT AND",
+    "NOT bicycle",
+    "bicycle AND",
+    "NEAR(bicycle green, 2)",
+    "bicycle*",
+    "*",
+    "?",
+    "bicycle?",
+    "^bicycle",
+    "col:bicycle",
+    "(bicycle",
+    "bicycle)",
+    "{bicycle}",
+    "bicycle -green +gazelle",
+    "'; DROP TABLE messages; --",
+    'a "quoted \\" bicycle',
+    "ünïcödé bicycle 🚲 自転車",
+    "bi\x00cycle",
+    "x" * 5000,
+    " ".join(["bicycle"] * 300),
+    "the of and",
+    "...!!!,,,;;;",
+]
+
+
+async def test_recall_finds_paraphrase_from_another_session(memory: Memory) -> None:
+    await memory.append_message(
+        "monday",
+        {"role": "user", "content": "I adopted a greyhound puppy last week, we named her Biscuit."},
+    )
+    await memory.append_message("monday", {"role": "assistant", "content": "Congratulations!"})
+    await memory.append_message("monday", {"role": "user", "content": "Also my car broke down."})
+    await memory.flush_index()
+    hits = await memory.recall("what is the name of my dog?", session_id="friday", k=3)
+    assert hits, "recall returned nothing"
+    assert "Biscuit" in hits[0].text
+    assert hits[0].kind == "message" and hits[0].source == "user"
+    assert hits[0].created_at[:4].isdigit()
+
+
+@pytest.mark.parametrize("query", HOSTILE)
+async def test_recall_survives_hostile_query(memory: Memory, query: str) -> None:
+    await memory.add_memory("My bicycle is a green Gazelle.")
+    match = build_fts_query(query)
+    if match is not None:  # the generated expression is always valid FTS5
+        memory.store.query("SELECT rowid FROM docs_fts WHERE docs_fts MATCH ?", (match,))
+    hits = await memory.recall(query, k=3)
+    assert isinstance(hits, list)
+    if "bicycle" in query.lower() and "bi\x00cycle" not in query:
+        assert hits and "Gazelle" in hits[0].text, f"nothing found for {query!r}"
+
+
+def test_fts_query_quotes_operators_and_drops_stopwords() -> None:
+    assert build_fts_query("NOT the bicycle AND OR") == '"bicycle"'
+    assert build_fts_query("the of and") == '"the" OR "of" OR "and"'  # only stopwords: keep
+    assert build_fts_query('say "hi"*?') == '"say" OR "hi"'
+    assert build_fts_query("?!") is None
+
+
+def test_query_plan_extracts_dates_and_speakers() -> None:
+    plan = plan_query("What did Joanna watch on 1 May, 2022?", ["Joanna", "Nate"])
+    assert plan.speakers == ["Joanna"]
+    assert plan.windows == [("2022-04-30", "2022-05-09")]
+    assert "Joanna" not in plan.text and "2022" not in plan.text
+    assert plan_query("in mid-August 2023", []).windows == [("2023-08-01", "2023-09-09")]
+    assert plan_query("Joanna", ["Joanna"]).text == "Joanna"  # never an empty search
+
+
+async def test_recall_scope_isolation(memory: Memory) -> None:
+    await memory.add_memory("The owner's safe code is 4711.", scope="owner")
+    await memory.add_memory("Bob's safe code is 1234.", scope="user:42")
+    await memory.append_message(
+        "d1", {"role": "user", "content": "my safe code is 9999"}, scope="user:42"
+    )
+    await memory.flush_index()
+    for hit in await memory.recall("safe code", scope="user:42", k=10):
+        assert "4711" not in hit.text
+    owner = await memory.recall("safe code", scope="owner", k=10)
+    assert owner and all("1234" not in h.text and "9999" not in h.text for h in owner)
+    assert await memory.recall("safe code", scope="user:7", k=10) == []
+
+
+async def test_superseded_fact_ranks_below_replacement(memory: Memory) -> None:
+    old = await memory.add_memory("We live in Porto, Portugal.", importance=8)
+    new = await memory.add_memory("We moved to Lisbon.", importance=5)
+    await memory.supersede(old, new)
+    hits = await memory.recall("where do we live in Porto", k=5)
+    ids = [h.id for h in hits if h.kind == "memory"]
+    assert new in ids and old in ids
+    assert ids.index(new) < ids.index(old)
+    old_item = next(h for h in hits if h.id == old)
+    assert old_item.superseded_by == new
+    assert "superseded" in format_recall(hits, 500)
+
+
+async def test_recency_and_importance_do_not_outweigh_relevance(memory: Memory) -> None:
+    relevant = await memory.add_memory(
+        "My passport number ends in 0815.", importance=1, created_at="2019-01-01T00:00:00+00:00"
+    )
+    for i in range(5):
+        await memory.add_memory(f"Shopping list item {i}: milk and bread.", importance=10)
+    hits = await memory.recall("passport number", k=3)
+    assert hits[0].id == relevant
+
+
+async def test_recall_by_date_window(memory: Memory) -> None:
+    await memory.add_memory("Went hiking in the Alps.", created_at="2023-05-08T10:00:00+00:00")
+    await memory.add_memory("Went hiking in the Andes.", created_at="2024-02-01T10:00:00+00:00")
+    hits = await memory.recall("Where did I go hiking on 7 May 2023?", k=2)
+    assert "Alps" in hits[0].text
+
+
+async def test_forget_removes_memory_from_recall(memory: Memory) -> None:
+    mem_id = await memory.add_memory("The wifi password is hunter2.")
+    assert (await memory.recall("wifi password", k=3))[0].id == mem_id
+    assert await memory.forget(mem_id) is True
+    assert await memory.forget(mem_id) is False
+    assert all(h.id != mem_id for h in await memory.recall("wifi password", k=3))
+    assert await memory.list_memories() == []
+
+
+async def test_recall_skips_messages_already_in_the_prompt(memory: Memory) -> None:
+    await memory.append_message("s", {"role": "user", "content": "the tomato plants need water"})
+    await memory.flush_index()
+    assert await memory.recall("tomato plants", session_id="s") == []
+    other = await memory.recall("tomato plants", session_id="other")
+    assert other and "tomato" in other[0].text
+
+
+def test_format_recall_respects_budget_and_shows_date_and_source() -> None:
+    items = [
+        RecallItem(
+            "memory",
+            i,
+            f"fact number {i} " + "x" * 300,
+            f"2024-03-0{i + 1}T10:00:00",
+            "user",
+            1.0 - i / 10,
+        )
+        for i in range(5)
+    ]
+    text = format_recall(items, 100)
+    assert len(text) <= 100 * 4
+    assert text.startswith("- [2024-03-01, user memory #0] fact number 0")
+    assert format_recall(items, 0) == ""
+    assert format_recall([], 1000) == ""
+
+
+def test_db_features_report_fts5_and_sqlite_vec() -> None:
+    f = db.check_features()
+    assert f.fts5, f.fts5_error
+    assert f.vector_enabled and f.sqlite_vec, f.sqlite_vec_error
