@@ -7,7 +7,7 @@ extra messages when it is longer than Discord's 2,000 characters.
 
 Invariants:
 - Edits to Discord happen at most once per ``edit_interval`` seconds while streaming; the
-  final write is immediate.
+  final write is immediate, and when its edit fails the final text is sent as a new message.
 - Every Discord HTTP call has a timeout and its errors (rate limit, forbidden, not found) are
   logged with :func:`log_event` and never raised: a failing channel cannot kill the bot.
 - A failed turn shows one short line (``⚠️ ...``); no traceback ever reaches the chat.
@@ -146,9 +146,13 @@ class ReplyStream:
             self._last_write = time.monotonic()
 
     async def _write(
-        self, msg: discord.Message | None, content: str, what: str
+        self, msg: discord.Message | None, content: str, what: str, *, is_final: bool = False
     ) -> discord.Message | None:
-        """Edit ``msg`` to ``content`` (or send it when there is none / it was deleted)."""
+        """Edit ``msg`` to ``content`` (or send it when there is none / it was deleted).
+
+        A failed streaming edit keeps the old message (the next edit catches up); a failed
+        final edit sends ``content`` as a new message, so the answer is never lost.
+        """
         if msg is not None:
             try:
                 return await asyncio.wait_for(msg.edit(content=content), HTTP_TIMEOUT)
@@ -157,10 +161,12 @@ class ReplyStream:
             except discord.HTTPException as e:
                 log.warning("discord edit_%s failed: %s %s", what, e.status, e.code)
                 log_event("discord_error", op=f"edit_{what}", status=e.status, code=e.code)
-                return msg
+                if not is_final:
+                    return msg
             except TimeoutError:
                 log_event("discord_error", op=f"edit_{what}", error="timeout")
-                return msg
+                if not is_final:
+                    return msg
         return await safe_call(f"send_{what}", self.channel.send(content))
 
     async def _write_status(self, content: str) -> None:
@@ -183,7 +189,7 @@ class ReplyStream:
                 body = EMPTY_REPLY
         chunks = split_message(body) or [EMPTY_REPLY]
         async with self._lock:
-            first = await self._write(self._reply_msg, chunks[0], "reply")
+            first = await self._write(self._reply_msg, chunks[0], "reply", is_final=True)
             self._reply_msg = first
             self.reply_messages = [first] if first is not None else []
             for chunk in chunks[1:]:

@@ -343,3 +343,28 @@ async def test_bot_rate_limited_edits_do_not_break_the_reply(
     contents = [m["content"] for m in h.bot_messages(dm)]
     assert len(contents) == 2 and contents[0].startswith("-# 🔧")
     assert contents[1] == "Final answer after retries."
+
+
+async def test_bot_failed_final_edit_still_delivers_the_whole_reply(
+    make_harness: Callable[..., Any], llm_server: FakeLLMServer, monkeypatch: Any
+):
+    import sys
+
+    import discord
+
+    from tests.discord.conftest import backend
+
+    async def edit_message(http: Any, channel_id: int, message_id: int, **fields: Any) -> Any:
+        self = sys._getframe(1).f_locals["self"]  # noqa: F841 - dpytest's frame lookup
+        raise discord.HTTPException(backend.FakeRequest(500, "Internal Server Error"), "down")
+
+    monkeypatch.setattr(backend.FakeHttp, "edit_message", edit_message)
+    h = await make_harness({"edit_interval": 0.0})
+    text = " ".join(f"part{i}" for i in range(40))
+    llm_server.script(Reply(content=text, chunk_size=10, chunk_delay=0.02))
+    dm = await h.dm_channel(h.owner)
+    await h.say("answer slowly", h.owner, channel=dm)
+    await h.settle()
+    contents = [m["content"] for m in h.bot_messages(dm)]
+    assert contents[-1] == text, contents  # every edit failed: the answer came as a new message
+    assert len(contents) == 2 and text.startswith(contents[0]) and contents[0] != text
