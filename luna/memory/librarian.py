@@ -227,8 +227,13 @@ class Librarian:
         fresh: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
         for fact in facts:
             similar = await self.memory.similar_memories(fact["text"], scope=scope, k=5)
-            if similar and similar[0][1] >= self.cfg.memory.dedup_similarity:
-                await self.memory.touch_memory(similar[0][0]["id"], fact["importance"])
+            top = similar[0] if similar else None
+            if (
+                top is not None
+                and top[1] >= self.cfg.memory.dedup_similarity
+                and _key_terms(top[0]["text"]) == _key_terms(fact["text"])
+            ):
+                await self.memory.touch_memory(top[0]["id"], fact["importance"])
                 continue
             candidates = [row for row, sim in similar if sim >= SIMILAR_CANDIDATE]
             fresh.append((fact, candidates))
@@ -271,6 +276,15 @@ class Librarian:
                 except (TypeError, ValueError):
                     continue
         return out
+
+
+_KEY_TERM = re.compile(r"\b(?:[A-Z][\w'-]*|\d[\d.,:/-]*)")
+
+
+def _key_terms(text: str) -> set[str]:
+    """Names and numbers: two facts that differ in them are not duplicates, however similar
+    their embeddings ("lives in Porto" vs "lives in Lisbon" is a contradiction to resolve)."""
+    return {w.lower().rstrip(".,") for w in _KEY_TERM.findall(text)}
 
 
 def _clean_facts(raw: Any, threshold: int) -> list[dict[str, Any]]:
