@@ -50,6 +50,19 @@ def wait_for_servers(proc: subprocess.Popen[str], count: int) -> set[int]:
     raise AssertionError(f"Luna did not start {count} MCP server processes")
 
 
+def sigterm_after_servers(proc: subprocess.Popen[str], count: int) -> set[int]:
+    """Wait for ``count`` MCP servers, SIGTERM ``proc``, wait for it; the servers' PIDs."""
+    try:
+        pids = wait_for_servers(proc, count)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return pids
+
+
 def assert_all_gone(pids: set[int]) -> None:
     # stop() bounds each server's shutdown; the processes are reaped by then.
     survivors = {pid for pid in pids if is_alive(pid)}
@@ -66,14 +79,7 @@ def test_mcp_sigterm_to_repl_stops_every_server(tmp_path: Path, llm_server: Fake
         stderr=subprocess.PIPE,
         text=True,
     )
-    try:
-        pids = wait_for_servers(proc, 2)  # echo (running) and hang (still starting)
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    pids = sigterm_after_servers(proc, 2)  # echo (running) and hang (still starting)
     assert proc.returncode == 0, proc.stderr.read() if proc.stderr else ""
     assert_all_gone(pids)
 
@@ -88,13 +94,6 @@ def test_mcp_sigterm_to_cli_call_stops_the_server(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
-    try:
-        pids = wait_for_servers(proc, 1)
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    pids = sigterm_after_servers(proc, 1)
     assert proc.returncode == 143, proc.stderr.read() if proc.stderr else ""
     assert_all_gone(pids)
