@@ -97,6 +97,15 @@ def html_to_markdown(html: str, base_url: str) -> str:
 
 async def fetch(cfg: Config, url: str, max_bytes: int | None = None) -> tuple[str, str]:
     """(final url, text) of a page, with the SSRF checks described in the module docstring."""
+    try:
+        return await _fetch(cfg, url, max_bytes)
+    except TimeoutError as e:
+        raise ToolError(
+            f"fetching {url} took longer than {cfg.tools.fetch_timeout:g} s (tools.fetch_timeout)"
+        ) from e
+
+
+async def _fetch(cfg: Config, url: str, max_bytes: int | None) -> tuple[str, str]:
     cap = min(max_bytes or cfg.tools.fetch_max_bytes, cfg.tools.fetch_max_bytes)
     timeout = cfg.tools.fetch_timeout
     async with (

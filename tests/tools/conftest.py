@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -131,6 +132,17 @@ def _handler(state: WebServer) -> type[BaseHTTPRequestHandler]:
                 self._send(302, b"", "text/plain", Location=q["to"])
             elif url.path == "/big":
                 self._send(200, b"x" * 1_000_000, "text/plain")
+            elif url.path == "/slow":  # headers at once, then a body that never ends
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.end_headers()
+                try:
+                    for _ in range(600):
+                        self.wfile.write(b"drip\n")
+                        self.wfile.flush()
+                        time.sleep(0.05)
+                except OSError:
+                    pass
             elif url.path == "/binary":
                 self._send(200, b"\x89PNG\r\n\x1a\n" + b"\0" * 100, "image/png")
             elif url.path == "/missing":

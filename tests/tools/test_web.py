@@ -120,6 +120,12 @@ async def test_web_fetch_caps_size(tools_config, make_ctx, web) -> None:
     assert not err and "[page cut at 5000 bytes]" in out and out.count("x") <= 5100
 
 
+async def test_web_fetch_slow_page_stops_at_fetch_timeout(tools_config, make_ctx, web) -> None:
+    reg = build_registry(allowed(tools_config, web, fetch_timeout=0.5))
+    err, out = await run(reg, make_ctx(), "web_fetch", url=f"{web.base}/slow")
+    assert err and "took longer than 0.5 s" in out, out
+
+
 async def test_web_fetch_errors_are_clear(tools_config, make_ctx, web) -> None:
     reg = build_registry(allowed(tools_config, web))
     err, out = await run(reg, make_ctx(), "web_fetch", url=f"{web.base}/binary")
