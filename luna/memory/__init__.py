@@ -37,7 +37,7 @@ __all__ = ["Memory", "RecallItem", "format_recall", "normalize_timestamp"]
 log = logging.getLogger(__name__)
 
 SOURCES = ("user", "assistant", "tool", "import")
-INDEX_BATCH = 64
+INDEX_BATCH = 128
 
 
 def normalize_timestamp(value: str) -> str:
@@ -290,19 +290,23 @@ class Memory:
             raise MemoryStoreError(f"a memory with id {external_id!r} already exists")
         return ids[0]
 
-    async def add_memories(self, records: list[dict[str, Any]]) -> tuple[list[int], int]:
+    async def add_memories(
+        self, records: list[dict[str, Any]], *, vectors: Any = None
+    ) -> tuple[list[int], int]:
         """Store a batch of memories; returns (new ids, number skipped as existing ids).
 
         Each record: ``text`` and optionally ``importance``, ``source``, ``scope``,
         ``session_id``, ``id`` (external id), ``created_at`` (ISO 8601), ``speaker``.
+        ``vectors`` (float32 array, one unit row per record, from the configured model) skips
+        encoding — for bulk loaders that embedded the texts already.
         """
         for r in records:
             if not str(r.get("text") or "").strip():
                 raise MemoryStoreError("a memory needs non-empty text")
             if (r.get("source") or "user") not in SOURCES:
                 raise MemoryStoreError(f"memory source must be one of {', '.join(SOURCES)}")
-        vecs = None
-        if self.vector_enabled and records:
+        vecs = vectors
+        if vecs is None and self.vector_enabled and records:
             try:
                 vecs = await asyncio.to_thread(self.embedder.encode, [r["text"] for r in records])
             except MemoryStoreError as exc:

@@ -22,7 +22,7 @@ from luna.observe import Timer, log_event
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
-BATCH_SIZE = 64
+BATCH_SIZE = 32  # measured faster than 64/128 on CPU (less padding)
 
 
 def resolve_model(name: str) -> str:

@@ -1,0 +1,170 @@
+"""Memory scale benchmark: ingest rate, recall latency at LoCoMo size and at N memories, RSS.
+
+Measures, on real SQLite files in a temporary folder with the packaged MiniLM model:
+1. durable ingest: ``append_message`` one message at a time (each committed with fsync; FTS
+   indexed at once, vectors by the background indexer) — messages/s;
+2. batched ingest with embeddings: ``add_memories`` in batches of 256 (encode + write) —
+   messages/s;
+3. recall latency (query embedding + hybrid search) p50/p95 on a LoCoMo-sized store (one
+   conversation, ~600 turns) and on a store of ``--n`` memories (default 100,000). The large
+   store reuses LoCoMo turns: each text gets a distinct suffix and its vector a small random
+   perturbation, so term statistics and vector geometry stay realistic without encoding 100k
+   texts on a CPU for twenty minutes;
+4. peak RSS of the process.
+
+Usage: ``python bench/memory_scale.py [--n 100000] [--queries 200] [--data DIR]``. Prints a
+table and one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from locomo import DEFAULT_DATA, turns  # noqa: E402
+
+from luna.config import MemoryConfig  # noqa: E402
+from luna.memory import Memory  # noqa: E402
+from luna.memory.embeddings import Embedder  # noqa: E402
+
+BATCH = 256
+
+
+def pct(values: list[float], p: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))] if values else 0.0
+
+
+async def timed_recalls(mem: Memory, queries: list[str]) -> list[float]:
+    out = []
+    for q in queries:
+        start = time.perf_counter()
+        await mem.recall(q, k=10)
+        out.append((time.perf_counter() - start) * 1000)
+    return out
+
+
+def load_corpus(data: Path) -> tuple[list[list[dict]], list[str]]:
+    convs, questions = [], []
+    for path in sorted(data.glob("*.json")):
+        conv = json.loads(path.read_text())
+        convs.append(turns(conv, path.stem))
+        questions += [str(q["question"]) for q in conv["qa"] if q.get("category") != 5]
+    if not convs:
+        raise SystemExit(f"no LoCoMo conversations in {data}")
+    return convs, questions
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=100_000, help="memories in the large store")
+    parser.add_argument("--queries", type=int, default=200, help="recalls per latency test")
+    parser.add_argument("--ingest", type=int, default=1000, help="messages per ingest test")
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="LoCoMo folder")
+    args = parser.parse_args()
+    convs, questions = await asyncio.to_thread(load_corpus, args.data)
+    questions = questions[: args.queries]
+    all_turns = [t for c in convs for t in c]
+    embedder = Embedder.shared("all-MiniLM-L6-v2", 384)
+    await asyncio.to_thread(embedder.load)
+    result: dict[str, object] = {"bench": "memory_scale"}
+
+    with tempfile.TemporaryDirectory() as tmp:
+        # 1. durable append, one message per transaction
+        mem = Memory(MemoryConfig(db_path=Path(tmp) / "log.db"))
+        await mem.open(background=False)
+        texts = [t["text"] for t in all_turns[: args.ingest]]
+        start = time.perf_counter()
+        for i, text in enumerate(texts):
+            role = "user" if i % 2 == 0 else "assistant"
+            await mem.append_message("bench", {"role": role, "content": text})
+        result["append_durable_msgs_per_s"] = round(len(texts) / (time.perf_counter() - start))
+        start = time.perf_counter()
+        await mem.flush_index()
+        result["indexer_embed_msgs_per_s"] = round(len(texts) / (time.perf_counter() - start))
+        await mem.close()
+
+        # 2. batched ingest with embeddings
+        mem = Memory(MemoryConfig(db_path=Path(tmp) / "batch.db"))
+        await mem.open(background=False)
+        records = [dict(t) for t in all_turns[: args.ingest]]
+        start = time.perf_counter()
+        for i in range(0, len(records), BATCH):
+            await mem.add_memories(records[i : i + BATCH])
+        result["batch_ingest_msgs_per_s"] = round(len(records) / (time.perf_counter() - start))
+        await mem.close()
+
+        # 3a. recall at LoCoMo size (the largest single conversation)
+        conv = max(convs, key=len)
+        mem = Memory(MemoryConfig(db_path=Path(tmp) / "locomo.db"))
+        await mem.open(background=False)
+        await mem.add_memories(conv)
+        lat = await timed_recalls(mem, questions)
+        result["locomo_size_docs"] = len(conv)
+        result["locomo_recall_ms_p50"] = round(statistics.median(lat), 2)
+        result["locomo_recall_ms_p95"] = round(pct(lat, 95), 2)
+        await mem.close()
+
+        # 3b. recall with --n memories
+        base_vecs = await asyncio.to_thread(embedder.encode, [t["text"] for t in all_turns])
+        rng = np.random.default_rng(7)
+        mem = Memory(MemoryConfig(db_path=Path(tmp) / "big.db"))
+        await mem.open(background=False)
+        start = time.perf_counter()
+        for lo in range(0, args.n, 5000):
+            idx = np.arange(lo, min(args.n, lo + 5000)) % len(all_turns)
+            recs = []
+            for j, i in enumerate(idx):
+                t = dict(all_turns[i])
+                t["text"] = f"{t['text']} (note {lo + j})"
+                t["id"] = f"{t['id']}#{lo + j}"
+                recs.append(t)
+            vecs = base_vecs[idx] + rng.normal(0, 0.02, (len(idx), base_vecs.shape[1]))
+            vecs = (vecs / np.linalg.norm(vecs, axis=1, keepdims=True)).astype(np.float32)
+            await mem.add_memories(recs, vectors=vecs)
+        result["large_store_docs"] = args.n
+        result["large_store_write_s"] = round(time.perf_counter() - start, 1)
+        await mem.recall("warm up the caches", k=10)
+        lat = await timed_recalls(mem, questions)
+        result["large_recall_ms_p50"] = round(statistics.median(lat), 2)
+        result["large_recall_ms_p95"] = round(pct(lat, 95), 2)
+        result["large_db_mb"] = round((Path(tmp) / "big.db").stat().st_size / 1e6, 1)
+        await mem.close()
+
+    result["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    rows = [
+        ("durable append (1 msg/commit)", f"{result['append_durable_msgs_per_s']} msg/s"),
+        ("background embedding", f"{result['indexer_embed_msgs_per_s']} msg/s"),
+        ("batched ingest incl. embeddings", f"{result['batch_ingest_msgs_per_s']} msg/s"),
+        (
+            f"recall p50/p95 @ {result['locomo_size_docs']} docs",
+            f"{result['locomo_recall_ms_p50']} / {result['locomo_recall_ms_p95']} ms",
+        ),
+        (
+            f"recall p50/p95 @ {args.n} docs",
+            f"{result['large_recall_ms_p50']} / {result['large_recall_ms_p95']} ms",
+        ),
+        ("large store size", f"{result['large_db_mb']} MB"),
+        ("peak RSS", f"{result['peak_rss_mb']} MB"),
+    ]
+    for name, value in rows:
+        print(f"{name:<36}{value:>24}")
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
