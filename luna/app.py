@@ -68,7 +68,7 @@ async def build_components(
     from luna.mcp_manager import MCPManager
     from luna.memory import Memory
     from luna.memory.librarian import Librarian
-    from luna.tools import build_registry
+    from luna.tools import build_registry, sandbox_status
 
     memory = Memory(cfg.memory)
     await memory.open()
@@ -80,6 +80,13 @@ async def build_components(
         )
     llm, banner, embedded = await _pick_llm(cfg, args, stack)
     registry = build_registry(cfg)
+    sandbox_ok, sandbox_detail = await asyncio.to_thread(sandbox_status, cfg, probe=True)
+    if not sandbox_ok:
+        # Fails closed either way; say so now rather than at the first bash call.
+        registry.forced_levels["bash"] = "ask"
+        print(
+            f"warning: bash is not sandboxed: {sandbox_detail} (see `luna doctor`)", file=sys.stderr
+        )
     mcp = MCPManager(cfg, registry)
     await mcp.start()
     stack.push_async_callback(mcp.stop)

@@ -143,6 +143,8 @@ class Config:
     path: Path | None = None
     base_dir: Path = Path(".")
     sources: dict[str, str] = field(default_factory=dict, compare=False)
+    # Values of the environment variables named in tools.secret_env (never shown or logged).
+    extra_secrets: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def data_dir(self) -> Path:
@@ -362,7 +364,8 @@ def build_config(
     for section, cls in SECTIONS.items():
         obj = cls(**values[section])
         sections[section] = _resolve_paths(obj, base_dir)
-    cfg = Config(**sections, path=path, base_dir=base_dir, sources=sources)
+    extra = tuple(env[name] for name in sections["tools"].secret_env if env.get(name))
+    cfg = Config(**sections, path=path, base_dir=base_dir, sources=sources, extra_secrets=extra)
     _validate_values(cfg)
     return cfg
 
@@ -409,7 +412,7 @@ def mask_secret(value: str) -> str:
 
 def secret_values(cfg: Config) -> list[str]:
     """Secret strings that must never reach a log line, a tool or the model."""
-    return [v for v in (cfg.llm.api_key, cfg.discord.token) if v]
+    return [v for v in (cfg.llm.api_key, cfg.discord.token, *cfg.extra_secrets) if v]
 
 
 def is_llm_endpoint_explicit(cfg: Config) -> bool:

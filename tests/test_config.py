@@ -158,3 +158,15 @@ def test_cli_config_set_validates_and_keeps_backup(tmp_path: Path) -> None:
     listed = run_luna("config", "set", "discord.allowed_users", "[1, 2]", cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
     assert tomllib.loads(path.read_text())["discord"]["allowed_users"] == [1, 2]
+
+
+def test_config_secret_env_values_are_secrets(tmp_path: Path) -> None:
+    from luna.config import secret_values
+
+    cfg = build_config(
+        {"tools": {"secret_env": ["HOME_ASSISTANT_TOKEN", "UNSET_ONE"]}},
+        {"HOME_ASSISTANT_TOKEN": "ha-123456789", "LLM_API_KEY": "sk-abc"},
+        base_dir=tmp_path,
+    )
+    assert set(secret_values(cfg)) == {"ha-123456789", "sk-abc"}
+    assert "ha-123456789" not in repr(cfg)
