@@ -7,7 +7,9 @@ Invariants:
 - Every searchable text (user/assistant message, memory, session summary) has one row in
   ``docs`` and one row in ``docs_fts`` with the same rowid, written in the same transaction as
   the text itself; ``docs_vec`` (sqlite-vec, cosine) holds its embedding once computed
-  (``docs.embedded = 1``). A doc without a vector is still found by FTS.
+  (``docs.embedded = 1``). A doc without a vector is still found by FTS. A doc in a thread
+  (session) is embedded with a little of its neighbours' meaning (``doc_raw_vec`` keeps its
+  own embedding so the mix can be redone when the next message arrives).
 - The embedding model's name and dimension live in ``meta``; a different configured model is
   refused with a message that says to run ``luna memory reindex``.
 - All access goes through one connection guarded by a lock; callers run these blocking methods
@@ -29,6 +31,7 @@ from luna.observe import log_event
 
 log = logging.getLogger(__name__)
 
+NEIGHBOUR_WEIGHT = 0.3  # share of each neighbour's embedding mixed into a threaded doc's vector
 CTX_CHARS = 600  # how much of a neighbour's text goes into a doc's FTS context
 
 Migration = tuple[str, list[str]]
@@ -122,6 +125,18 @@ MIGRATIONS: list[Migration] = [
             """INSERT INTO docs_fts (rowid, text, ctx)
                SELECT d.id, m.content, '' FROM docs d JOIN messages m
                ON d.kind = 'message' AND d.ref_id = m.id""",
+        ],
+    ),
+    (
+        "m003_thread_vectors",
+        [
+            # A threaded doc's own embedding; docs_vec holds it mixed with its neighbours'.
+            """CREATE TABLE doc_raw_vec (
+                doc_id INTEGER PRIMARY KEY REFERENCES docs(id) ON DELETE CASCADE,
+                embedding BLOB NOT NULL
+            )""",
+            # Vectors written before this migration were not mixed: embed them again.
+            "UPDATE docs SET embedded = 0 WHERE thread IS NOT NULL",
         ],
     ),
 ]
@@ -239,6 +254,7 @@ class Store:
         """Drop every vector and record a new model (first step of a reindex)."""
         with self.transaction() as conn:
             conn.execute("DROP TABLE IF EXISTS docs_vec")
+            conn.execute("DELETE FROM doc_raw_vec")
             conn.execute("UPDATE docs SET embedded = 0")
             for key, value in (("embedding_model", model), ("embedding_dim", str(dim))):
                 conn.execute(
@@ -316,6 +332,7 @@ class Store:
         conn.execute("DELETE FROM docs_fts WHERE rowid = ?", (doc_id,))
         if self.vector_enabled and self.dim is not None:
             conn.execute("DELETE FROM docs_vec WHERE rowid = ?", (doc_id,))
+        conn.execute("DELETE FROM doc_raw_vec WHERE doc_id = ?", (doc_id,))
         conn.execute("DELETE FROM docs WHERE id = ?", (doc_id,))
 
     def speakers(self, scope: str) -> list[str]:
@@ -330,20 +347,74 @@ class Store:
             return self._speakers[scope]
 
     def store_vectors(self, rows: list[tuple[int, str, bytes]]) -> None:
-        """Write (doc id, scope, float32 bytes) vectors and mark the docs embedded."""
+        """Write (doc id, scope, float32 bytes) embeddings and mark the docs embedded.
+
+        A doc in a thread is stored as its own embedding plus ``NEIGHBOUR_WEIGHT`` × each
+        neighbour's (previous and next doc of the thread), renormalized; its neighbours'
+        vectors are refreshed the same way.
+        """
         if not self.vector_enabled or not rows:
             return
         with self.transaction() as conn:
+            refresh: set[int] = set()
             for doc_id, scope, blob in rows:
-                exists = conn.execute("SELECT 1 FROM docs WHERE id = ?", (doc_id,)).fetchone()
-                if exists is None:  # forgotten while it was being embedded
+                row = conn.execute(
+                    "SELECT thread, kind FROM docs WHERE id = ?", (doc_id,)
+                ).fetchone()
+                if row is None:  # forgotten while it was being embedded
                     continue
-                conn.execute("DELETE FROM docs_vec WHERE rowid = ?", (doc_id,))
+                if row[0] is None:
+                    self._write_vec(conn, doc_id, scope, blob)
+                    continue
                 conn.execute(
-                    "INSERT INTO docs_vec (rowid, embedding, scope) VALUES (?, ?, ?)",
-                    (doc_id, blob, scope),
+                    "INSERT OR REPLACE INTO doc_raw_vec (doc_id, embedding) VALUES (?, ?)",
+                    (doc_id, blob),
                 )
-                conn.execute("UPDATE docs SET embedded = 1 WHERE id = ?", (doc_id,))
+                refresh.add(doc_id)
+                refresh.update(n for n in self._neighbours(conn, row[0], row[1], doc_id) if n)
+            for doc_id in sorted(refresh):
+                self._refresh_mixed(conn, doc_id)
+
+    def _write_vec(self, conn: db.Connection, doc_id: int, scope: str, blob: bytes) -> None:
+        conn.execute("DELETE FROM docs_vec WHERE rowid = ?", (doc_id,))
+        conn.execute(
+            "INSERT INTO docs_vec (rowid, embedding, scope) VALUES (?, ?, ?)",
+            (doc_id, blob, scope),
+        )
+        conn.execute("UPDATE docs SET embedded = 1 WHERE id = ?", (doc_id,))
+
+    def _neighbours(
+        self, conn: db.Connection, thread: str, kind: str, doc_id: int
+    ) -> tuple[int | None, int | None]:
+        prev = self._thread_before(conn, thread, kind, doc_id)
+        row = conn.execute(
+            "SELECT id FROM docs WHERE thread = ? AND kind = ? AND id > ? ORDER BY id LIMIT 1",
+            (thread, kind, doc_id),
+        ).fetchone()
+        return prev, (int(row[0]) if row else None)
+
+    def _refresh_mixed(self, conn: db.Connection, doc_id: int) -> None:
+        import numpy as np
+
+        row = conn.execute(
+            "SELECT d.thread, d.kind, d.scope, r.embedding FROM docs d "
+            "JOIN doc_raw_vec r ON r.doc_id = d.id WHERE d.id = ?",
+            (doc_id,),
+        ).fetchone()
+        if row is None:
+            return
+        thread, kind, scope, blob = row
+        vec = np.frombuffer(blob, dtype=np.float32).copy()
+        for n in self._neighbours(conn, thread, kind, doc_id):
+            if n is None:
+                continue
+            raw = conn.execute(
+                "SELECT embedding FROM doc_raw_vec WHERE doc_id = ?", (n,)
+            ).fetchone()
+            if raw is not None:
+                vec += NEIGHBOUR_WEIGHT * np.frombuffer(raw[0], dtype=np.float32)
+        norm = float(np.linalg.norm(vec)) or 1.0
+        self._write_vec(conn, doc_id, scope, (vec / norm).astype(np.float32).tobytes())
 
     def pending_docs(self, limit: int, after_id: int = 0) -> list[tuple[int, str, str]]:
         """Docs without a vector: (doc id, scope, text), oldest first."""
