@@ -101,12 +101,18 @@ def vec_scores(
     """Cosine similarity of the ``limit`` nearest docs, plus every embedded window doc."""
     if query_vec is None or not store.vector_enabled or store.dim is None:
         return {}
-    rows = store.query(
-        "SELECT rowid, distance FROM docs_vec WHERE embedding MATCH ? AND k = ? AND scope = ? "
-        "ORDER BY distance",
-        (query_vec, limit, scope),
-    )
-    scores = {int(i): 1.0 - float(d) for i, d in rows}
+    index = store.ram_index(scope)
+    if index is not None:  # a large scope: numpy beats the sqlite-vec scan (see vector_index)
+        with store.lock:
+            hits = index.knn(np.frombuffer(query_vec, dtype=np.float32), limit)
+        scores = dict(hits)
+    else:
+        rows = store.query(
+            "SELECT rowid, distance FROM docs_vec WHERE embedding MATCH ? AND k = ? "
+            "AND scope = ? ORDER BY distance",
+            (query_vec, limit, scope),
+        )
+        scores = {int(i): 1.0 - float(d) for i, d in rows}
     missing = [i for i in window_ids if i not in scores]
     if missing:
         q = np.frombuffer(query_vec, dtype=np.float32)

@@ -25,8 +25,11 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import numpy as np
+
 from luna import db
 from luna.errors import MemoryStoreError
+from luna.memory.vector_index import RAM_INDEX_MIN_DOCS, VectorIndex
 from luna.observe import log_event
 
 log = logging.getLogger(__name__)
@@ -158,6 +161,7 @@ class Store:
         self.vector_error = self.conn.vector_error
         self.dim: int | None = None
         self._speakers: dict[str, list[str]] = {}
+        self._ram_index: dict[str, VectorIndex | None] = {}
 
     def close(self) -> None:
         with self.lock:
@@ -172,6 +176,7 @@ class Store:
                 yield self.conn
             except BaseException:
                 self.conn.execute("ROLLBACK")
+                self._ram_index.clear()  # it may hold writes that were just undone
                 raise
             self.conn.execute("COMMIT")
 
@@ -255,6 +260,7 @@ class Store:
         with self.transaction() as conn:
             conn.execute("DROP TABLE IF EXISTS docs_vec")
             conn.execute("DELETE FROM doc_raw_vec")
+            self._ram_index.clear()
             conn.execute("UPDATE docs SET embedded = 0")
             for key, value in (("embedding_model", model), ("embedding_dim", str(dim))):
                 conn.execute(
@@ -332,6 +338,9 @@ class Store:
         conn.execute("DELETE FROM docs_fts WHERE rowid = ?", (doc_id,))
         if self.vector_enabled and self.dim is not None:
             conn.execute("DELETE FROM docs_vec WHERE rowid = ?", (doc_id,))
+            for index in self._ram_index.values():
+                if index is not None:
+                    index.remove(doc_id)
         conn.execute("DELETE FROM doc_raw_vec WHERE doc_id = ?", (doc_id,))
         conn.execute("DELETE FROM docs WHERE id = ?", (doc_id,))
 
@@ -376,6 +385,9 @@ class Store:
                 self._refresh_mixed(conn, doc_id)
 
     def _write_vec(self, conn: db.Connection, doc_id: int, scope: str, blob: bytes) -> None:
+        index = self._ram_index.get(scope)
+        if index is not None:
+            index.upsert(doc_id, np.frombuffer(blob, dtype=np.float32))
         conn.execute("DELETE FROM docs_vec WHERE rowid = ?", (doc_id,))
         conn.execute(
             "INSERT INTO docs_vec (rowid, embedding, scope) VALUES (?, ?, ?)",
@@ -393,9 +405,25 @@ class Store:
         ).fetchone()
         return prev, (int(row[0]) if row else None)
 
-    def _refresh_mixed(self, conn: db.Connection, doc_id: int) -> None:
-        import numpy as np
+    def ram_index(self, scope: str) -> VectorIndex | None:
+        """The numpy mirror of a large scope's vectors (None for small scopes)."""
+        with self.lock:
+            if scope not in self._ram_index:
+                n = self.conn.execute(
+                    "SELECT count(*) FROM docs WHERE scope = ? AND embedded = 1", (scope,)
+                ).fetchone()[0]
+                index = None
+                if n >= RAM_INDEX_MIN_DOCS and self.dim is not None:
+                    index = VectorIndex(self.dim)
+                    for doc_id, blob in self.conn.execute(
+                        "SELECT rowid, embedding FROM docs_vec WHERE scope = ?", (scope,)
+                    ):
+                        index.upsert(int(doc_id), np.frombuffer(blob, dtype=np.float32))
+                    log_event("memory_op", op="ram_index_built", count=len(index))
+                self._ram_index[scope] = index
+            return self._ram_index[scope]
 
+    def _refresh_mixed(self, conn: db.Connection, doc_id: int) -> None:
         row = conn.execute(
             "SELECT d.thread, d.kind, d.scope, r.embedding FROM docs d "
             "JOIN doc_raw_vec r ON r.doc_id = d.id WHERE d.id = ?",

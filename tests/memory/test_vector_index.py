@@ -1,0 +1,46 @@
+"""The numpy mirror used for large scopes gives the same neighbours as sqlite-vec."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from luna.memory import Memory, search, store
+from luna.memory.vector_index import VectorIndex
+
+
+def test_vector_index_knn_upsert_remove() -> None:
+    rng = np.random.default_rng(0)
+    vecs = rng.normal(size=(3000, 8)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    index = VectorIndex(8)
+    for i, v in enumerate(vecs):
+        index.upsert(i + 1, v)
+    q = vecs[41]
+    hits = index.knn(q, 5)
+    assert hits[0][0] == 42 and hits[0][1] == pytest.approx(1.0, abs=1e-5)
+    expected = (np.argsort(-(vecs @ q))[:5] + 1).tolist()
+    assert [h[0] for h in hits] == expected
+    index.remove(42)
+    assert 42 not in [h[0] for h in index.knn(q, 5)]
+    index.upsert(7, q)  # replace in place
+    assert index.knn(q, 1)[0][0] == 7 and len(index) == 2999
+
+
+async def test_large_scope_uses_ram_index_with_same_results(
+    memory: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    texts = ["The boat is called Aurora.", "My sister lives in Oslo.", "I hate coriander."]
+    ids = [await memory.add_memory(t) for t in texts]
+    qvec = await memory.embed_query("what's my boat's name")
+    small = search.vec_scores(memory.store, qvec, "owner", 3, [])
+    monkeypatch.setattr(store, "RAM_INDEX_MIN_DOCS", 1)
+    memory.store._ram_index.clear()
+    assert memory.store.ram_index("owner") is not None
+    big = search.vec_scores(memory.store, qvec, "owner", 3, [])
+    assert list(big) == list(small)
+    assert big == pytest.approx(small, abs=1e-5)
+    new = await memory.add_memory("The car is called Nebula.")
+    assert new in search.vec_scores(memory.store, qvec, "owner", 10, [])
+    await memory.forget(ids[0])
+    assert ids[0] not in search.vec_scores(memory.store, qvec, "owner", 10, [])
