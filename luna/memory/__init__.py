@@ -24,7 +24,7 @@ from typing import Any
 
 from luna.config import MemoryConfig
 from luna.errors import MemoryStoreError
-from luna.memory import session_log
+from luna.memory import facts, session_log
 from luna.memory.embeddings import Embedder
 from luna.memory.query import plan_query
 from luna.memory.search import RecallItem, format_recall, hybrid_search
@@ -312,61 +312,8 @@ class Memory:
             except MemoryStoreError as exc:
                 self._embedding_failed(exc)
         with Timer() as t:
-            ids, skipped = await asyncio.to_thread(self._insert_memories, records, vecs)
+            ids, skipped = await asyncio.to_thread(facts.insert_memories, self.store, records, vecs)
         log_event("memory_op", op="add", duration_ms=round(t.ms, 2), count=len(ids))
-        return ids, skipped
-
-    def _insert_memories(self, records: list[dict[str, Any]], vecs: Any) -> tuple[list[int], int]:
-        store = self.store
-        ids: list[int] = []
-        vec_rows: list[tuple[int, str, bytes]] = []
-        skipped = 0
-        now = now_iso()
-        with store.transaction() as conn:
-            for i, r in enumerate(records):
-                scope = r.get("scope") or "owner"
-                ext = r.get("id")
-                ext = None if ext is None else str(ext)
-                if (
-                    ext is not None
-                    and conn.execute(
-                        "SELECT 1 FROM memories WHERE scope = ? AND external_id = ?", (scope, ext)
-                    ).fetchone()
-                ):
-                    skipped += 1
-                    continue
-                created = r.get("created_at") or now
-                importance = min(10, max(1, int(r.get("importance") or 5)))
-                cur = conn.execute(
-                    """INSERT INTO memories (text, importance, source, speaker, scope, session_id,
-                           external_id, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?)""",
-                    (
-                        r["text"],
-                        importance,
-                        r.get("source") or "user",
-                        r.get("speaker"),
-                        scope,
-                        r.get("session_id"),
-                        ext,
-                        created,
-                        now,
-                    ),
-                )
-                mem_id = int(cur.lastrowid)
-                doc_id = store.index_doc(
-                    conn,
-                    "memory",
-                    mem_id,
-                    scope,
-                    created,
-                    r["text"],
-                    thread=r.get("session_id") if r.get("source") == "import" else None,
-                    speaker=r.get("speaker"),
-                )
-                ids.append(mem_id)
-                if vecs is not None:
-                    vec_rows.append((doc_id, scope, vecs[i].tobytes()))
-        store.store_vectors(vec_rows)
         return ids, skipped
 
     async def forget(self, memory_id: int) -> bool:

@@ -1,0 +1,74 @@
+"""Writing memory rows: one transaction per batch, external ids unique per scope.
+
+Invariants:
+- A memory, its ``docs`` row and its FTS row are written together; its vector follows in the
+  next transaction (a crash in between leaves it to the indexer's backfill).
+- Imported memories (``source == "import"``) with a session form a thread: neighbours give each
+  other FTS context and a little of their embedding. Other memories stand alone.
+- Blocking; the ``Memory`` facade calls this in a worker thread.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from luna.memory.store import Store, now_iso
+
+
+def insert_memories(
+    store: Store, records: list[dict[str, Any]], vecs: Any
+) -> tuple[list[int], int]:
+    """Write memories and their index rows in one transaction, then their vectors.
+
+    Returns (new ids, number skipped because their external id already exists in the scope).
+    """
+    ids: list[int] = []
+    vec_rows: list[tuple[int, str, bytes]] = []
+    skipped = 0
+    now = now_iso()
+    with store.transaction() as conn:
+        for i, r in enumerate(records):
+            scope = r.get("scope") or "owner"
+            ext = r.get("id")
+            ext = None if ext is None else str(ext)
+            if (
+                ext is not None
+                and conn.execute(
+                    "SELECT 1 FROM memories WHERE scope = ? AND external_id = ?", (scope, ext)
+                ).fetchone()
+            ):
+                skipped += 1
+                continue
+            created = r.get("created_at") or now
+            importance = min(10, max(1, int(r.get("importance") or 5)))
+            cur = conn.execute(
+                """INSERT INTO memories (text, importance, source, speaker, scope, session_id,
+                       external_id, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?)""",
+                (
+                    r["text"],
+                    importance,
+                    r.get("source") or "user",
+                    r.get("speaker"),
+                    scope,
+                    r.get("session_id"),
+                    ext,
+                    created,
+                    now,
+                ),
+            )
+            mem_id = int(cur.lastrowid)
+            doc_id = store.index_doc(
+                conn,
+                "memory",
+                mem_id,
+                scope,
+                created,
+                r["text"],
+                thread=r.get("session_id") if r.get("source") == "import" else None,
+                speaker=r.get("speaker"),
+            )
+            ids.append(mem_id)
+            if vecs is not None:
+                vec_rows.append((doc_id, scope, vecs[i].tobytes()))
+    store.store_vectors(vec_rows)
+    return ids, skipped
