@@ -72,13 +72,20 @@ class Memory:
             raise MemoryStoreError("memory is not open")
         return self._store
 
-    async def open(self, *, allow_model_change: bool = False, background: bool = True) -> None:
+    async def open(
+        self,
+        *,
+        allow_model_change: bool = False,
+        background: bool = True,
+        use_vectors: bool = True,
+    ) -> None:
         """Connect, migrate, check the embedding model record, start the vector indexer.
 
         ``allow_model_change`` skips the model check (used by ``reindex``); ``background=False``
-        starts no indexer (one-shot CLI commands call :meth:`flush_index` themselves).
+        starts no indexer (one-shot CLI commands call :meth:`flush_index` themselves);
+        ``use_vectors=False`` runs FTS-only as if sqlite-vec were missing.
         """
-        store = await asyncio.to_thread(Store, self.cfg.db_path)
+        store = await asyncio.to_thread(Store, self.cfg.db_path, load_vec=use_vectors)
         try:
             await asyncio.to_thread(store.migrate)
             if not allow_model_change:

@@ -153,9 +153,9 @@ def now_iso() -> str:
 class Store:
     """One SQLite connection plus the lock that serializes its use across threads."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, load_vec: bool = True) -> None:
         self.path = path
-        self.conn = db.connect(path)
+        self.conn = db.connect(path, load_vec=load_vec)
         self.lock = threading.RLock()
         self.vector_enabled = self.conn.vector_enabled
         self.vector_error = self.conn.vector_error

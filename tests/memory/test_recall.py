@@ -167,3 +167,32 @@ def test_db_features_report_fts5_and_sqlite_vec() -> None:
     f = db.check_features()
     assert f.fts5, f.fts5_error
     assert f.vector_enabled and f.sqlite_vec, f.sqlite_vec_error
+
+
+async def test_fts_only_mode_is_reported_and_still_recalls(
+    memory_config, caplog: pytest.LogCaptureFixture
+) -> None:
+    mem = Memory(memory_config())
+    with caplog.at_level("WARNING"):
+        await mem.open(use_vectors=False)
+    try:
+        assert mem.vector_enabled is False
+        assert mem.status()["vector_enabled"] is False and mem.status()["vector_error"]
+        assert any("FTS-only" in r.getMessage() for r in caplog.records)
+        await mem.append_message("s", {"role": "user", "content": "the spare key is under the mat"})
+        await mem.add_memory("The plumber is called Ana.")
+        assert await mem.flush_index() == 0
+        hits = await mem.recall("where is the spare key", session_id="other")
+        assert hits and "mat" in hits[0].text
+        assert (await mem.recall("plumber"))[0].text == "The plumber is called Ana."
+    finally:
+        await mem.close()
+    # Opened again with vectors, the backlog is embedded and semantic recall works.
+    mem = Memory(memory_config())
+    await mem.open(background=False)
+    try:
+        assert await mem.flush_index() == 2
+        hits = await mem.recall("who fixes my pipes?", k=1)
+        assert "Ana" in hits[0].text
+    finally:
+        await mem.close()
