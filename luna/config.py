@@ -57,6 +57,7 @@ class MemoryConfig:
     db_path: Path = Path("data/luna.db")
     embedding_model: str = "all-MiniLM-L6-v2"
     embedding_dim: int = 384
+    embedding_process: bool = True
     recall_k: int = 8
     recall_token_budget: int = 1500
     librarian: bool = True

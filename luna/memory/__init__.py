@@ -25,6 +25,7 @@ from typing import Any
 from luna.config import MemoryConfig
 from luna.errors import MemoryStoreError
 from luna.memory import facts, session_log
+from luna.memory.embed_worker import EmbeddingProcess
 from luna.memory.embeddings import Embedder
 from luna.memory.query import plan_query
 from luna.memory.search import RecallItem, format_recall, hybrid_search
@@ -57,6 +58,11 @@ class Memory:
     def __init__(self, cfg: MemoryConfig) -> None:
         self.cfg = cfg
         self.embedder = Embedder.shared(cfg.embedding_model, cfg.embedding_dim)
+        self.embed_process = (
+            EmbeddingProcess.shared(cfg.embedding_model, cfg.embedding_dim)
+            if cfg.embedding_process
+            else None
+        )
         self.vector_enabled = False
         self.vector_error = ""
         self._store: Store | None = None
@@ -121,7 +127,19 @@ class Memory:
     async def warmup(self) -> None:
         """Load the embedding model now (a few seconds) instead of on the first recall."""
         if self.vector_enabled:
+            await self._load_embedder()
+
+    async def _load_embedder(self) -> None:
+        if self.embed_process is not None:
+            await self.embed_process.load()
+        else:
             await asyncio.to_thread(self.embedder.load)
+
+    async def _encode(self, texts: list[str], *, is_query: bool = False) -> Any:
+        """Vectors for ``texts``, computed in the embedding process (or a worker thread)."""
+        if self.embed_process is not None:
+            return await self.embed_process.encode(texts, is_query=is_query)
+        return await asyncio.to_thread(self.embedder.encode, texts, is_query=is_query)
 
     def _embedding_failed(self, exc: Exception) -> None:
         self.vector_enabled = False
@@ -150,7 +168,7 @@ class Memory:
         pending = await asyncio.to_thread(self.store.pending_docs, INDEX_BATCH)
         if not pending:
             return 0
-        vecs = await asyncio.to_thread(self.embedder.encode, [p[2] for p in pending])
+        vecs = await self._encode([p[2] for p in pending])
         rows = [(p[0], p[1], v.tobytes()) for p, v in zip(pending, vecs, strict=True)]
         await asyncio.to_thread(self.store.store_vectors, rows)
         return len(rows)
@@ -225,7 +243,7 @@ class Memory:
         if not self.vector_enabled or not query.strip():
             return None
         try:
-            vec = await asyncio.to_thread(self.embedder.encode, [query], is_query=True)
+            vec = await self._encode([query], is_query=True)
         except MemoryStoreError as exc:
             self._embedding_failed(exc)
             return None
@@ -315,7 +333,7 @@ class Memory:
         vecs = vectors
         if vecs is None and self.vector_enabled and records:
             try:
-                vecs = await asyncio.to_thread(self.embedder.encode, [r["text"] for r in records])
+                vecs = await self._encode([r["text"] for r in records])
             except MemoryStoreError as exc:
                 self._embedding_failed(exc)
         with Timer() as t:
@@ -393,7 +411,7 @@ class Memory:
         if not self.vector_enabled:
             return []
         try:
-            vec = await asyncio.to_thread(self.embedder.encode, [text])
+            vec = await self._encode([text])
         except MemoryStoreError as exc:
             self._embedding_failed(exc)
             return []
@@ -453,7 +471,7 @@ class Memory:
             raise MemoryStoreError(
                 f"cannot reindex: sqlite-vec is unavailable ({self.store.vector_error})"
             )
-        await asyncio.to_thread(self.embedder.load)
+        await self._load_embedder()
         await asyncio.to_thread(
             self.store.reset_vectors, self.cfg.embedding_model, self.cfg.embedding_dim
         )

@@ -16,7 +16,7 @@ import pytest
 
 from luna.config import Config, load_config
 from luna.doctor import CheckResult, discord_token_problem, format_result, run_checks
-from luna.memory.store import Store
+from luna.memory.store import MIGRATIONS, Store
 from tests.fakes.llm_server import FakeLLMServer, Reply
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -168,7 +168,7 @@ async def test_doctor_schema_checks_real_database(luna_config) -> None:
     store.check_embedding_model(cfg.memory.embedding_model, cfg.memory.embedding_dim)
     store.close()
     (r,) = await run_checks(cfg, only=["schema"])
-    assert r.ok and "m002_memory_index" in r.detail
+    assert r.ok and MIGRATIONS[-1][0] in r.detail
 
     other = luna_config({"memory": {"embedding_model": "nomic-embed-text", "embedding_dim": 256}})
     (r,) = await run_checks(other, only=["schema"])

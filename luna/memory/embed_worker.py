@@ -1,0 +1,108 @@
+"""Embeddings in a child process, so encoding never competes with the event loop.
+
+Why: in a thread, sentence-transformers holds the GIL for tokenization and pooling and torch
+spreads over every core, so on a small box the event loop waits tens of milliseconds behind
+it. In a child process at a lower CPU priority (nice 10) it shares no GIL with the loop and the
+kernel lets the loop run first.
+
+Invariants:
+- One worker process per (model, dim), shared by every Memory in this process and started on
+  first use (spawn: no forked event-loop state).
+- A worker that dies is reported as MemoryStoreError (Memory then runs keyword-only and says
+  so); the next call starts a fresh worker.
+- Vectors come back exactly as :class:`Embedder` makes them (float32, unit length, ``dim``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import threading
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+from luna.errors import MemoryStoreError
+from luna.memory.embeddings import Embedder
+
+WORKER_NICE = 10
+
+_worker_embedder: Embedder | None = None
+
+
+def _init_worker(model_name: str, dim: int) -> None:
+    global _worker_embedder
+    try:
+        os.nice(WORKER_NICE)
+    except OSError:  # pragma: no cover - not allowed here: run at normal priority
+        pass
+    _worker_embedder = Embedder(model_name, dim)
+
+
+def _load() -> bool:
+    if _worker_embedder is None:  # pragma: no cover - initializer always ran
+        raise MemoryStoreError("embedding worker was not initialized")
+    _worker_embedder.load()
+    return True
+
+
+def _encode(texts: list[str], is_query: bool) -> Any:
+    if _worker_embedder is None:  # pragma: no cover - initializer always ran
+        raise MemoryStoreError("embedding worker was not initialized")
+    return _worker_embedder.encode(texts, is_query=is_query)
+
+
+class EmbeddingProcess:
+    """An :class:`Embedder` living in a child process; async API."""
+
+    _shared: dict[tuple[str, int], EmbeddingProcess] = {}
+    _shared_lock = threading.Lock()
+
+    @classmethod
+    def shared(cls, model_name: str, dim: int) -> EmbeddingProcess:
+        with cls._shared_lock:
+            key = (model_name, dim)
+            if key not in cls._shared:
+                cls._shared[key] = cls(model_name, dim)
+            return cls._shared[key]
+
+    def __init__(self, model_name: str, dim: int) -> None:
+        self.model_name = model_name
+        self.dim = dim
+        self._pool: ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def _executor(self) -> ProcessPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(
+                    max_workers=1,
+                    mp_context=multiprocessing.get_context("spawn"),
+                    initializer=_init_worker,
+                    initargs=(self.model_name, self.dim),
+                )
+            return self._pool
+
+    async def _call(self, fn: Any, *args: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._executor(), fn, *args)
+        except BrokenProcessPool as exc:
+            self._discard()
+            raise MemoryStoreError("the embedding worker process died") from exc
+
+    def _discard(self) -> None:
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    async def load(self) -> None:
+        await self._call(_load)
+
+    async def encode(self, texts: list[str], *, is_query: bool = False) -> Any:
+        return await self._call(_encode, texts, is_query)
+
+    def shutdown(self) -> None:
+        self._discard()
