@@ -1,0 +1,34 @@
+"""The embedding child process: same vectors as in-process, and a dead worker is survivable."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import numpy as np
+import pytest
+
+from luna.errors import MemoryStoreError
+from luna.memory.embed_worker import EmbeddingProcess
+from luna.memory.embeddings import Embedder
+
+
+async def test_embed_worker_matches_in_process_vectors_and_survives_a_crash() -> None:
+    worker = EmbeddingProcess("all-MiniLM-L6-v2", 384)  # private: killing it affects no one
+    try:
+        texts = ["we moved to Lisbon", "the tulip bulbs arrive on Friday"]
+        remote = await worker.encode(texts)
+        local = Embedder.shared("all-MiniLM-L6-v2", 384).encode(texts)
+        assert remote.shape == (2, 384) and remote.dtype == np.float32
+        assert np.allclose(np.linalg.norm(remote, axis=1), 1.0, atol=1e-5)
+        assert np.allclose(remote, local, atol=1e-4)
+        pool = worker._executor()
+        (pid,) = list(pool._processes)  # noqa: SLF001 - the worker's pid, to kill it
+        assert os.getpriority(os.PRIO_PROCESS, pid) >= os.getpriority(os.PRIO_PROCESS, 0) + 5
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(MemoryStoreError, match="embedding worker process died"):
+            await worker.encode(["after the crash"])
+        again = await worker.encode(["a fresh worker takes over"])
+        assert again.shape == (1, 384)
+    finally:
+        worker.shutdown()
