@@ -28,7 +28,6 @@ sys.path.insert(0, str(REPO))
 
 from luna.config import MemoryConfig  # noqa: E402
 from luna.memory import Memory  # noqa: E402
-from luna.memory.embeddings import Embedder  # noqa: E402
 
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "locomo10"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
@@ -72,13 +71,12 @@ def percentile(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
 
 
-async def run_conversation(path: Path, embedder: Embedder, k: int) -> tuple[list, list, int]:
+async def run_conversation(path: Path, k: int) -> tuple[list, list, int]:
     conv = json.loads(await asyncio.to_thread(path.read_text))
     rows: list[tuple[int, dict[int, float]]] = []
     latencies: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         mem = Memory(MemoryConfig(db_path=Path(tmp) / "locomo.db"))
-        mem.embedder = embedder
         await mem.open(background=False)
         try:
             items = turns(conv, path.stem)
@@ -105,20 +103,21 @@ async def main() -> int:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="LoCoMo folder")
     parser.add_argument("--limit", type=int, default=0, help="only the first N conversations")
     parser.add_argument("--k", type=int, default=10, help="results per search")
+    parser.add_argument("--quick", action="store_true", help="the first 2 conversations only")
     args = parser.parse_args()
+    if args.quick and not args.limit:
+        args.limit = 2
     files = sorted(args.data.glob("*.json"))
     if not files:
         print(f"no LoCoMo conversations in {args.data}", file=sys.stderr)
         return 2
     if args.limit:
         files = files[: args.limit]
-    embedder = Embedder("all-MiniLM-L6-v2", 384)
-    await asyncio.to_thread(embedder.load)
     all_rows: list[tuple[int, dict[int, float]]] = []
     latencies: list[float] = []
     n_turns = 0
     for path in files:
-        rows, lats, n = await run_conversation(path, embedder, max(args.k, max(KS)))
+        rows, lats, n = await run_conversation(path, max(args.k, max(KS)))
         all_rows += rows
         latencies += lats
         n_turns += n

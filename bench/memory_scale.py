@@ -38,7 +38,7 @@ from locomo import DEFAULT_DATA, turns  # noqa: E402
 
 from luna.config import MemoryConfig  # noqa: E402
 from luna.memory import Memory  # noqa: E402
-from luna.memory.embeddings import Embedder  # noqa: E402
+from luna.memory.embed_worker import EmbeddingProcess  # noqa: E402
 
 BATCH = 256
 
@@ -74,12 +74,17 @@ async def main() -> int:
     parser.add_argument("--queries", type=int, default=200, help="recalls per latency test")
     parser.add_argument("--ingest", type=int, default=1000, help="messages per ingest test")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="LoCoMo folder")
+    parser.add_argument("--quick", action="store_true", help="20,000 memories, 100 queries")
     args = parser.parse_args()
+    if args.quick:
+        args.n, args.queries, args.ingest = 20_000, 100, 500
     convs, questions = await asyncio.to_thread(load_corpus, args.data)
     questions = questions[: args.queries]
     all_turns = [t for c in convs for t in c]
-    embedder = Embedder.shared("all-MiniLM-L6-v2", 384)
-    await asyncio.to_thread(embedder.load)
+    # The same embedding child process Luna uses; this process never loads torch itself (its
+    # idle OpenMP threads would spin and starve the worker).
+    embedder = EmbeddingProcess.shared("all-MiniLM-L6-v2", 384)
+    await embedder.load()
     result: dict[str, object] = {"bench": "memory_scale"}
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -119,7 +124,7 @@ async def main() -> int:
         await mem.close()
 
         # 3b. recall with --n memories
-        base_vecs = await asyncio.to_thread(embedder.encode, [t["text"] for t in all_turns])
+        base_vecs = await embedder.encode([t["text"] for t in all_turns])
         rng = np.random.default_rng(7)
         mem = Memory(MemoryConfig(db_path=Path(tmp) / "big.db"))
         await mem.open(background=False)

@@ -17,11 +17,29 @@ import numpy as np
 
 RAM_INDEX_MIN_DOCS = 20_000
 
+_blas_limited = False
+
+
+def _limit_blas_threads() -> None:
+    """Keep this process's BLAS single-threaded (once).
+
+    One gemv over 100k × 384 takes a few ms on one core; but OpenBLAS's extra threads spin for
+    a while after every call, and on a small box that starves the low-priority embedding
+    process (measured: query embedding 8 ms -> 115 ms at 20k docs).
+    """
+    global _blas_limited
+    if not _blas_limited:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=1, user_api="blas")
+        _blas_limited = True
+
 
 class VectorIndex:
     """Doc ids and their vectors for one scope, growable, with tombstones for deletes."""
 
     def __init__(self, dim: int) -> None:
+        _limit_blas_threads()
         self.dim = dim
         self.ids = np.full(1024, -1, dtype=np.int64)
         self.mat = np.zeros((1024, dim), dtype=np.float32)
