@@ -51,14 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_run_args(repl)
     for name in _COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            # A command module that is not installed must not break the others.
-            if e.name != name:
-                raise
-            continue
-        module.add_parser(sub)
+        importlib.import_module(name).add_parser(sub)
     _add_run_args(parser)
     return parser
 

@@ -39,6 +39,17 @@ def resolve_model(name: str) -> str:
     return name
 
 
+def _quiet_progress_bars() -> None:
+    """Model loading must not draw progress bars over the REPL's terminal."""
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    except ImportError:  # pragma: no cover - transformers comes with sentence-transformers
+        pass
+
+
 class Embedder:
     """Turns texts into normalized float32 vectors with one lazily loaded model."""
 
@@ -70,6 +81,7 @@ class Embedder:
             if self._model is None:
                 with Timer() as t:
                     try:
+                        _quiet_progress_bars()
                         from sentence_transformers import SentenceTransformer
 
                         self._model = SentenceTransformer(
