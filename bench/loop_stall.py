@@ -44,6 +44,7 @@ from luna.llm import LLMClient  # noqa: E402
 from luna.memory import Memory  # noqa: E402
 from luna.messages import InboundMessage, TurnDone, TurnFailed  # noqa: E402
 from luna.tools.registry import ToolRegistry  # noqa: E402
+from tests.fakes.tools import echo_registry  # noqa: E402
 
 HEARTBEAT_S = 0.005
 TARGET_MAX_MS = 20.0
@@ -106,18 +107,7 @@ def make_config(tmp: Path, url: str) -> Config:
 
 
 def make_registry(cfg: Config) -> ToolRegistry:
-    registry = ToolRegistry(cfg)
-
-    @registry.tool(level="allow")
-    async def echo(text: str) -> str:
-        """Repeat the text back.
-
-        Args:
-            text: what to repeat
-        """
-        return f"echo: {text}"
-
-    return registry
+    return echo_registry(cfg)
 
 
 class Heartbeat:

@@ -23,19 +23,11 @@ from luna.messages import (
 )
 from luna.tools.registry import ToolContext, ToolRegistry
 from tests.fakes.llm_server import FakeLLMServer, Reply
+from tests.fakes.tools import echo_registry
 
 
-def echo_registry(cfg: Config) -> ToolRegistry:
-    registry = ToolRegistry(cfg)
-
-    @registry.tool(level="allow")
-    async def echo(text: str) -> str:
-        """Repeat the text back.
-
-        Args:
-            text: what to repeat
-        """
-        return f"echo: {text}"
+def agent_registry(cfg: Config) -> ToolRegistry:
+    registry = echo_registry(cfg)
 
     @registry.tool(level="allow")
     async def explode() -> str:
@@ -60,7 +52,7 @@ async def agent_factory(
         await memory.open(background=False)
         llm = LLMClient(cfg.llm)
         opened.append((memory, llm))
-        return Agent(cfg, llm, memory, echo_registry(cfg))
+        return Agent(cfg, llm, memory, agent_registry(cfg))
 
     yield make
     for memory, llm in opened:

@@ -26,6 +26,7 @@ from luna.llm import LLMClient
 from luna.memory import Memory
 from luna.memory.embeddings import Embedder
 from luna.tools.registry import ToolRegistry
+from tests.fakes.tools import echo_registry
 
 OWNER_ID = 111_111_111_111_111_111
 FRIEND_ID = 222_222_222_222_222_222
@@ -80,16 +81,7 @@ def _patch_reaction_payloads(state: Any) -> None:
 
 
 def tools_registry(cfg: Config) -> ToolRegistry:
-    registry = ToolRegistry(cfg)
-
-    @registry.tool(level="allow")
-    async def echo(text: str) -> str:
-        """Repeat the text back.
-
-        Args:
-            text: what to repeat
-        """
-        return f"echo: {text}"
+    registry = echo_registry(cfg)
 
     @registry.tool(level="ask")
     async def launch(target: str) -> str:
