@@ -67,10 +67,12 @@ async def build_components(
     from luna.agent import Agent
     from luna.mcp_manager import MCPManager
     from luna.memory import Memory
+    from luna.memory.embed_worker import EmbeddingProcess
     from luna.memory.librarian import Librarian
     from luna.tools import build_registry, sandbox_status
 
     memory = Memory(cfg.memory)
+    stack.push_async_callback(asyncio.to_thread, EmbeddingProcess.shutdown_all)
     await memory.open()
     stack.push_async_callback(memory.close)
     if not memory.vector_enabled:

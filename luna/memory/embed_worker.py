@@ -104,5 +104,16 @@ class EmbeddingProcess:
     async def encode(self, texts: list[str], *, is_query: bool = False) -> Any:
         return await self._call(_encode, texts, is_query)
 
-    def shutdown(self) -> None:
-        self._discard()
+    def shutdown(self, *, wait: bool = False) -> None:
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=wait, cancel_futures=True)
+
+    @classmethod
+    def shutdown_all(cls) -> None:
+        """Stop every worker and wait for it to exit (blocking: call from a thread)."""
+        with cls._shared_lock:
+            workers = list(cls._shared.values())
+        for worker in workers:
+            worker.shutdown(wait=True)
