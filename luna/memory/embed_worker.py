@@ -10,6 +10,7 @@ Invariants:
   first use (spawn: no forked event-loop state).
 - A worker that dies is reported as MemoryStoreError (Memory then runs keyword-only and says
   so); the next call starts a fresh worker.
+- The worker exits by itself within a second when Luna's process is gone (even on kill -9).
 - Vectors come back exactly as :class:`Embedder` makes them (float32, unit length, ``dim``).
 """
 
@@ -19,6 +20,7 @@ import asyncio
 import multiprocessing
 import os
 import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
@@ -27,12 +29,22 @@ from luna.errors import MemoryStoreError
 from luna.memory.embeddings import Embedder
 
 WORKER_NICE = 10
+PARENT_CHECK_S = 0.5
 
 _worker_embedder: Embedder | None = None
 
 
-def _init_worker(model_name: str, dim: int) -> None:
+def _exit_with_parent(parent_pid: int) -> None:
+    """A worker must not outlive Luna, even after ``kill -9``: it would hold the model's RAM."""
+    while True:
+        time.sleep(PARENT_CHECK_S)
+        if os.getppid() != parent_pid:
+            os._exit(0)
+
+
+def _init_worker(model_name: str, dim: int, parent_pid: int) -> None:
     global _worker_embedder
+    threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True).start()
     try:
         os.nice(WORKER_NICE)
     except OSError:  # pragma: no cover - not allowed here: run at normal priority
@@ -80,7 +92,7 @@ class EmbeddingProcess:
                     max_workers=1,
                     mp_context=multiprocessing.get_context("spawn"),
                     initializer=_init_worker,
-                    initargs=(self.model_name, self.dim),
+                    initargs=(self.model_name, self.dim, os.getpid()),
                 )
             return self._pool
 

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -32,3 +36,37 @@ async def test_embed_worker_matches_in_process_vectors_and_survives_a_crash() ->
         assert again.shape == (1, 384)
     finally:
         worker.shutdown()
+
+
+WORKER_SCRIPT = """
+import asyncio, sys
+from luna.memory.embed_worker import EmbeddingProcess
+
+async def main():
+    worker = EmbeddingProcess("all-MiniLM-L6-v2", 384)
+    await worker.encode(["hello"])
+    print(*worker._executor()._processes, flush=True)
+    await asyncio.sleep(120)
+
+if __name__ == "__main__":
+    asyncio.run(main())
+"""
+
+
+def test_embed_worker_dies_with_a_killed_parent(tmp_path: Path) -> None:
+    script = tmp_path / "parent.py"
+    script.write_text(WORKER_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    parent = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env
+    )
+    assert parent.stdout is not None
+    worker_pid = int(parent.stdout.readline().split()[0])
+    assert Path(f"/proc/{worker_pid}").exists()
+    parent.kill()
+    parent.wait(timeout=10)
+    for _ in range(100):
+        if not Path(f"/proc/{worker_pid}").exists():
+            break
+        time.sleep(0.05)
+    assert not Path(f"/proc/{worker_pid}").exists(), "embedding worker outlived its parent"
