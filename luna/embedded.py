@@ -38,6 +38,18 @@ from luna.observe import log_event
 _log = logging.getLogger(__name__)
 
 MODEL_ALIAS = "gemma-3-270m"
+# Runs llama_cpp.server, but first asks the kernel to SIGTERM it when Luna's process dies
+# (prctl PR_SET_PDEATHSIG), so a kill -9 of Luna leaves no server holding the port and RAM.
+_BOOTSTRAP = (
+    "import ctypes, os, runpy, signal, sys\n"
+    "parent = int(sys.argv.pop(1))\n"
+    "if sys.platform == 'linux':\n"
+    "    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)\n"
+    "if os.getppid() != parent:\n"
+    "    sys.exit(0)\n"
+    "sys.argv[0] = 'llama_cpp.server'\n"
+    "runpy.run_module('llama_cpp.server', run_name='__main__', alter_sys=True)\n"
+)
 DEFAULT_N_CTX = 4096
 DEFAULT_START_TIMEOUT = 120.0
 DEMO_MAX_TOKENS = 256  # the base model babbles until the context is full otherwise
@@ -157,8 +169,9 @@ class EmbeddedModel:
         try:
             self._proc = await asyncio.create_subprocess_exec(
                 sys.executable,
-                "-m",
-                "llama_cpp.server",
+                "-c",
+                _BOOTSTRAP,
+                str(os.getpid()),
                 "--model",
                 str(model),
                 "--model_alias",
