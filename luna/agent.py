@@ -178,11 +178,13 @@ class Agent:
         self, msg: InboundMessage, emit: Callable[[AgentEvent], None], turn_id: str
     ) -> int:
         summary, history = await self.memory.prompt_history(msg.session_id)
-        context = render_context(_now(), await self._recall_block(msg, history))
-        user_message = {"role": "user", "content": attach_context(msg.text, context)}
-        await self.memory.append_message(
-            msg.session_id, {"role": "user", "content": msg.text}, context=context, scope=msg.scope
+        # Durable first: once handed over, the message survives anything that follows.
+        message_id = await self.memory.append_message(
+            msg.session_id, {"role": "user", "content": msg.text}, scope=msg.scope
         )
+        context = render_context(_now(), await self._recall_block(msg, history))
+        await self.memory.set_context(message_id, context)
+        user_message = {"role": "user", "content": attach_context(msg.text, context)}
         messages = build_messages(self.cfg.agent.system_prompt, summary, history, user_message)
         budget = TurnBudget(self.cfg.agent.max_rounds)
         use_tools = msg.allow_tools and self.tools_enabled

@@ -209,6 +209,10 @@ class Memory:
         self._wake.set()
         return message_id
 
+    async def set_context(self, message_id: int, context: str) -> None:
+        """Attach the per-turn context to an already logged user message (once)."""
+        await asyncio.to_thread(session_log.set_context, self.store, message_id, context)
+
     async def prompt_history(self, session_id: str) -> tuple[str | None, list[dict]]:
         """(cumulative summary or None, messages after the compaction cut, OpenAI dicts)."""
         return await asyncio.to_thread(session_log.prompt_history, self.store, session_id)

@@ -86,6 +86,14 @@ def append_message(
     return message_id
 
 
+def set_context(store: Store, message_id: int, context: str) -> None:
+    """Attach the per-turn context to a logged user message (once; the schema enforces it)."""
+    with store.transaction() as conn:
+        conn.execute(
+            "UPDATE messages SET context = ? WHERE id = ? AND role = 'user'", (context, message_id)
+        )
+
+
 def _to_openai(row: tuple) -> dict[str, Any]:
     _id, role, content, tool_calls, tool_call_id, name, context = row
     msg: dict[str, Any] = {"role": role, "content": content or ""}

@@ -142,6 +142,30 @@ MIGRATIONS: list[Migration] = [
             "UPDATE docs SET embedded = 0 WHERE thread IS NOT NULL",
         ],
     ),
+    (
+        "m004_context_set_once",
+        [
+            # The user's message is logged before recall runs; its per-turn context (time,
+            # recalled memories) is attached once afterwards. Nothing else may ever change.
+            "DROP TRIGGER messages_append_only_update",
+            """CREATE TRIGGER messages_append_only_update BEFORE UPDATE ON messages
+               WHEN NOT (OLD.context IS NULL AND NEW.context IS NOT NULL
+                        AND NEW.id IS OLD.id
+                        AND NEW.session_id IS OLD.session_id
+                        AND NEW.role IS OLD.role
+                        AND NEW.content IS OLD.content
+                        AND NEW.tool_calls IS OLD.tool_calls
+                        AND NEW.tool_call_id IS OLD.tool_call_id
+                        AND NEW.name IS OLD.name
+                        AND NEW.scope IS OLD.scope
+                        AND NEW.created_at IS OLD.created_at
+                        AND NEW.prompt_tokens IS OLD.prompt_tokens
+                        AND NEW.completion_tokens IS OLD.completion_tokens
+                        AND NEW.total_tokens IS OLD.total_tokens
+                        AND NEW.cached_tokens IS OLD.cached_tokens)
+               BEGIN SELECT RAISE(ABORT, 'messages are append-only'); END""",
+        ],
+    ),
 ]
 
 
