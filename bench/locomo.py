@@ -6,8 +6,9 @@ created_at = its session's date), then every question of categories 1-4 is searc
 adversarial, has no answer in the conversation and is left out). Recall@k of a question is the
 share of its evidence turns found in the top k; the figures are means over questions.
 
-Usage: ``python bench/locomo.py [--data DIR] [--limit N] [--k 10]``. Prints a table and one
-JSON line.
+Usage: ``python bench/locomo.py [--data DIR] [--limit N | --only 0-4] [--k 10]``. Prints a
+table and one JSON line. ``--only`` picks conversations by index (sorted file order), e.g.
+``0-4`` to tune on and ``5-9`` as the held-out check.
 """
 
 from __future__ import annotations
@@ -64,6 +65,15 @@ def turns(conv: dict, name: str = "") -> list[dict]:
     return out
 
 
+def parse_indexes(spec: str) -> set[int]:
+    """'0-4,7' -> {0, 1, 2, 3, 4, 7}; raises ValueError on anything else."""
+    out: set[int] = set()
+    for part in spec.split(","):
+        lo, _, hi = part.strip().partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
 def percentile(values: list[float], p: float) -> float:
     if not values:
         return 0.0
@@ -102,6 +112,9 @@ async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="LoCoMo folder")
     parser.add_argument("--limit", type=int, default=0, help="only the first N conversations")
+    parser.add_argument(
+        "--only", default="", help="conversation indexes, e.g. '0-4' or '5,7,9' (sorted order)"
+    )
     parser.add_argument("--k", type=int, default=10, help="results per search")
     parser.add_argument("--quick", action="store_true", help="the first 2 conversations only")
     args = parser.parse_args()
@@ -111,6 +124,13 @@ async def main() -> int:
     if not files:
         print(f"no LoCoMo conversations in {args.data}", file=sys.stderr)
         return 2
+    if args.only:
+        try:
+            wanted = parse_indexes(args.only)
+        except ValueError:
+            print(f"bad --only {args.only!r}: use e.g. 0-4 or 5,7,9", file=sys.stderr)
+            return 2
+        files = [f for i, f in enumerate(files) if i in wanted]
     if args.limit:
         files = files[: args.limit]
     all_rows: list[tuple[int, dict[int, float]]] = []
@@ -128,6 +148,7 @@ async def main() -> int:
     result = {
         "bench": "locomo",
         "conversations": len(files),
+        "only": args.only or None,
         "turns": n_turns,
         "questions": len(all_rows),
         **{f"recall@{cut}": round(mean_at(all_rows, cut), 4) for cut in KS},
