@@ -7,6 +7,9 @@ Invariants:
   and mixed ``FTS_WEIGHT``/``VEC_WEIGHT``; rows from a mentioned date window or by a mentioned
   speaker get a fixed boost (they answer the question's own constraint). Recency and importance
   add at most ``TIE_BREAK`` in total, so they only break near-ties.
+- Pseudo-relevance feedback (Rocchio): the vector search runs a second time with the query
+  vector moved ``PRF_BETA`` towards the best ``PRF_DOCS`` first-pass docs; its scores replace
+  the first vector list. No second embedding: the doc vectors are already stored.
 - A superseded memory ranks below its replacement whenever both are recalled.
 - Scope is an exact filter: a Discord user's scope never returns the owner's rows, and back.
 - Blocking; the ``Memory`` facade runs :func:`hybrid_search` in a worker thread.
@@ -36,6 +39,8 @@ TIE_BREAK = 2e-3  # total bonus for recency + importance (scores are in [0, 1] p
 RECENCY_HALF_LIFE_DAYS = 90.0
 SUPERSEDED_FACTOR = 0.5
 CHARS_PER_TOKEN = 4
+PRF_DOCS = 1  # pseudo-relevance feedback: best first-pass docs whose centroid moves the query
+PRF_BETA = 0.2  # how far the query vector moves towards that centroid (0 = no feedback)
 
 
 @dataclass(frozen=True)
@@ -150,6 +155,32 @@ def _normalized(scores: dict[int, float]) -> dict[int, float]:
     return {i: (s - lo) / (hi - lo) for i, s in scores.items()}
 
 
+def _doc_vectors(store: Store, scope: str, doc_ids: list[int]) -> np.ndarray:
+    """The stored (unit) vectors of ``doc_ids`` that have one, as rows of a matrix."""
+    index = store.ram_index(scope)
+    if index is not None:
+        with store.lock:
+            rows = [index.mat[index.pos[i]].copy() for i in doc_ids if i in index.pos]
+    else:
+        marks = ",".join("?" * len(doc_ids))
+        got = store.query(f"SELECT embedding FROM docs_vec WHERE rowid IN ({marks})", doc_ids)
+        rows = [np.frombuffer(blob, dtype=np.float32) for (blob,) in got]
+    if not rows:
+        return np.zeros((0, store.dim or 0), dtype=np.float32)
+    return np.vstack(rows)
+
+
+def feedback_vector(query_vec: bytes, top_vecs: np.ndarray, beta: float) -> bytes:
+    """Rocchio: the query moved ``beta`` of the way towards the centroid of ``top_vecs``."""
+    q = np.frombuffer(query_vec, dtype=np.float32)
+    if len(top_vecs) == 0 or beta <= 0:
+        return query_vec
+    centroid = top_vecs.mean(axis=0)
+    moved = (1 - beta) * q + beta * centroid / (float(np.linalg.norm(centroid)) or 1.0)
+    norm = float(np.linalg.norm(moved)) or 1.0
+    return (moved / norm).astype(np.float32).tobytes()
+
+
 def hybrid_search(
     store: Store,
     query: str,
@@ -178,15 +209,8 @@ def hybrid_search(
     window_set = set(in_window)
     speakers = {s.lower() for s in plan.speakers}
     now = dt.datetime.now(dt.UTC)
-    items: list[RecallItem] = []
-    for doc_id in candidates:
-        d = details.get(doc_id)
-        if d is None:
-            continue
-        if exclude_session and d["kind"] == "message":
-            sid, cut = exclude_session
-            if d["session_id"] == sid and d["ref_id"] > cut:
-                continue
+
+    def score_of(doc_id: int, d: dict[str, Any]) -> float:
         score = FTS_WEIGHT * fts.get(doc_id, 0.0) + VEC_WEIGHT * vec.get(doc_id, 0.0)
         if doc_id in window_set:
             score += DATE_BOOST
@@ -196,6 +220,29 @@ def hybrid_search(
         score += TIE_BREAK * 0.5 * (_recency(d["created_at"], now) + importance / 10)
         if d.get("superseded_by"):
             score *= SUPERSEDED_FACTOR
+        return score
+
+    def visible(d: dict[str, Any]) -> bool:
+        if exclude_session and d["kind"] == "message":
+            sid, cut = exclude_session
+            return not (d["session_id"] == sid and d["ref_id"] > cut)
+        return True
+
+    scored = {i: score_of(i, d) for i, d in details.items() if visible(d)}
+    if query_vec is not None and vec and PRF_DOCS > 0 and PRF_BETA > 0:
+        # Pseudo-relevance feedback: search again with the query vector moved towards the
+        # best first-pass docs, so a paraphrase they share with a relevant doc is found even
+        # when the question's own words are far from it.
+        top = sorted(scored, key=scored.__getitem__, reverse=True)[:PRF_DOCS]
+        moved = feedback_vector(query_vec, _doc_vectors(store, scope, top), PRF_BETA)
+        vec = _normalized(vec_scores(store, moved, scope, pool, in_window))
+        new = [i for i in vec if i not in details]
+        if new:
+            details.update(_details(store, new))
+        scored = {i: score_of(i, d) for i, d in details.items() if visible(d)}
+    items: list[RecallItem] = []
+    for doc_id, score in scored.items():
+        d = details[doc_id]
         items.append(
             RecallItem(
                 kind=d["kind"],

@@ -196,3 +196,34 @@ async def test_fts_only_mode_is_reported_and_still_recalls(
         assert "Ana" in hits[0].text
     finally:
         await mem.close()
+
+
+FEEDBACK_DOCS = [
+    "Maria plays the violin in the city orchestra.",
+    "Her bow needs new horsehair before the concert season.",
+    "Which band is playing at the festival this summer?",
+    "We played board games all night with the neighbours.",
+    "The kids play football in the park on Saturdays.",
+    "What does Tom do for a living?",
+    "The dentist appointment is on Tuesday.",
+    "I bought new running shoes yesterday.",
+    "Does anyone know what to play at the party?",
+    "The piano tuner is coming next week to our house.",
+]
+
+
+async def test_feedback_pulls_in_doc_related_to_best_hit(
+    memory: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rocchio feedback: the bow/horsehair line shares no word and little meaning with the
+    question, but it is close to the best hit (the violin), so it beats a wordier distractor."""
+    from luna.memory import search
+
+    await memory.add_memories([{"text": t} for t in FEEDBACK_DOCS])
+    question = "What instrument does Maria play?"
+    with_feedback = [h.text for h in await memory.recall(question, k=2)]
+    assert with_feedback == FEEDBACK_DOCS[:2], with_feedback
+    monkeypatch.setattr(search, "PRF_BETA", 0.0)
+    plain = [h.text for h in await memory.recall(question, k=2)]
+    assert plain[0] == FEEDBACK_DOCS[0]
+    assert FEEDBACK_DOCS[1] not in plain, "plain query finds it: test proves nothing"
