@@ -91,7 +91,8 @@ def test_repl_commands_and_memories(tmp_path: Path, llm_server: FakeLLMServer) -
     proc = start_repl(tmp_path, llm_server.url)
     script = (
         "/help\n/session\n/remember my bike is a green Brompton\n/memories\n"
-        "/memories bicycle\n/new\n/session\n/bogus\n/quit\nnever sent\n"
+        "/memories bicycle\n/new\n/session\n/bogus\n/forget 1\n/forget 1\n/memories\n"
+        "/quit\nnever sent\n"
     )
     out, err = proc.communicate(script, timeout=120)
     assert proc.returncode == 0, err
@@ -101,6 +102,9 @@ def test_repl_commands_and_memories(tmp_path: Path, llm_server: FakeLLMServer) -
     assert "remembered (id" in out
     assert out.count("green Brompton") >= 2  # listed and found by a search in other words
     assert "unknown command /bogus" in out
+    assert "remembered (id 1)" in out
+    assert "forgotten" in out and "no memory with id 1" in out
+    assert out.rstrip().endswith("no memories yet (/remember TEXT adds one)")
     assert llm_server.requests == []  # /quit stopped before "never sent"
 
 
