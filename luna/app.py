@@ -20,6 +20,7 @@ from typing import Any
 
 from luna import observe
 from luna.config import Config, is_llm_endpoint_explicit, secret_values
+from luna.errors import ConfigError, LunaError
 from luna.llm import LLMClient
 
 log = logging.getLogger(__name__)
@@ -112,6 +113,15 @@ async def run_app(cfg: Config, args: argparse.Namespace, mode: str = "auto") -> 
     """Run Luna until EOF, /quit, SIGTERM or SIGINT."""
     cfg.agent.workspace.mkdir(parents=True, exist_ok=True)
     use_discord = mode == "auto" and bool(cfg.discord.token)
+    if use_discord:
+        from luna.doctor import discord_token_problem
+
+        problem = discord_token_problem(cfg.discord.token)
+        if problem:
+            raise ConfigError(
+                f"DISCORD_TOKEN is not a Discord bot token ({problem}); copy it from the "
+                "Developer Portal (Bot → Reset Token), or unset it to use the terminal"
+            )
     observe.setup(
         cfg.observe.log_dir,
         level=cfg.observe.level,
@@ -144,8 +154,10 @@ async def run_app(cfg: Config, args: argparse.Namespace, mode: str = "auto") -> 
                 await agent.drain(cfg.agent.shutdown_grace)
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(bot.close(), timeout=10)
-                if frontend.done() and frontend.exception():
-                    raise frontend.exception()  # type: ignore[misc]
+                if frontend.done() and not frontend.cancelled() and frontend.exception():
+                    error = frontend.exception()
+                    log.error("the Discord bot stopped", exc_info=error)
+                    raise LunaError(f"the Discord bot stopped: {error}") from error
                 frontend.cancel()
             else:
                 from luna.repl import Repl

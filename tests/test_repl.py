@@ -211,3 +211,21 @@ def test_cli_help_lists_commands(tmp_path: Path, flag: str) -> None:
     assert proc.returncode == 0
     for command in ("repl", "config", "memory", "mcp", "doctor", "stats"):
         assert command in proc.stdout, command
+
+
+def test_malformed_discord_token_is_one_line_exit_2_before_any_network(tmp_path: Path) -> None:
+    env = repl_env(tmp_path, "http://127.0.0.1:9/v1")
+    env["DISCORD_TOKEN"] = "not-a-token"
+    proc = subprocess.run(
+        [sys.executable, "-m", "luna"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert (
+        proc.stderr.count("\n") == 1 and "DISCORD_TOKEN is not a Discord bot token" in proc.stderr
+    )
+    assert "not-a-token" not in proc.stderr  # the secret is not echoed
