@@ -58,6 +58,7 @@ class MemoryConfig:
     embedding_model: str = "all-MiniLM-L6-v2"
     embedding_dim: int = 384
     embedding_process: bool = True
+    embedding_backend: str = "onnx"
     recall_k: int = 8
     recall_token_budget: int = 1500
     librarian: bool = True
@@ -274,6 +275,11 @@ def _validate_values(cfg: Config) -> None:
                 raise ConfigError(
                     f"config: tools.{name}.{tool} must be one of allow, ask, deny; got {level!r}"
                 )
+    if cfg.memory.embedding_backend not in ("onnx", "torch"):
+        raise ConfigError(
+            "config: memory.embedding_backend must be onnx or torch, "
+            f"got {cfg.memory.embedding_backend!r}"
+        )
     if cfg.agent.max_rounds < 1:
         raise ConfigError("config: agent.max_rounds must be at least 1")
     if not 0 < cfg.memory.context_threshold <= 1:

@@ -57,9 +57,11 @@ class Memory:
 
     def __init__(self, cfg: MemoryConfig) -> None:
         self.cfg = cfg
-        self.embedder = Embedder.shared(cfg.embedding_model, cfg.embedding_dim)
+        self.embedder = Embedder.shared(
+            cfg.embedding_model, cfg.embedding_dim, cfg.embedding_backend
+        )
         self.embed_process = (
-            EmbeddingProcess.shared(cfg.embedding_model, cfg.embedding_dim)
+            EmbeddingProcess.shared(cfg.embedding_model, cfg.embedding_dim, cfg.embedding_backend)
             if cfg.embedding_process
             else None
         )
@@ -336,10 +338,21 @@ class Memory:
                 raise MemoryStoreError(f"memory source must be one of {', '.join(SOURCES)}")
         vecs = vectors
         if vecs is None and self.vector_enabled and records:
-            try:
-                vecs = await self._encode([r["text"] for r in records])
-            except MemoryStoreError as exc:
-                self._embedding_failed(exc)
+            vecs = await self._encode_or_none([r["text"] for r in records])
+        return await self._insert_memories(records, vecs)
+
+    async def _encode_or_none(self, texts: list[str]) -> Any:
+        if not self.vector_enabled:
+            return None
+        try:
+            return await self._encode(texts)
+        except MemoryStoreError as exc:
+            self._embedding_failed(exc)
+            return None
+
+    async def _insert_memories(
+        self, records: list[dict[str, Any]], vecs: Any
+    ) -> tuple[list[int], int]:
         with Timer() as t:
             ids, skipped = await asyncio.to_thread(facts.insert_memories, self.store, records, vecs)
         log_event("memory_op", op="add", duration_ms=round(t.ms, 2), count=len(ids))

@@ -26,7 +26,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from luna.errors import MemoryStoreError
-from luna.memory.embeddings import Embedder
+from luna.memory.embeddings import DEFAULT_BACKEND, Embedder
 
 WORKER_NICE = 10
 PARENT_CHECK_S = 0.5
@@ -42,14 +42,14 @@ def _exit_with_parent(parent_pid: int) -> None:
             os._exit(0)
 
 
-def _init_worker(model_name: str, dim: int, parent_pid: int) -> None:
+def _init_worker(model_name: str, dim: int, backend: str, parent_pid: int) -> None:
     global _worker_embedder
     threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True).start()
     try:
         os.nice(WORKER_NICE)
     except OSError:  # pragma: no cover - not allowed here: run at normal priority
         pass
-    _worker_embedder = Embedder(model_name, dim)
+    _worker_embedder = Embedder(model_name, dim, backend)
 
 
 def _load() -> bool:
@@ -72,16 +72,17 @@ class EmbeddingProcess:
     _shared_lock = threading.Lock()
 
     @classmethod
-    def shared(cls, model_name: str, dim: int) -> EmbeddingProcess:
+    def shared(cls, model_name: str, dim: int, backend: str = DEFAULT_BACKEND) -> EmbeddingProcess:
         with cls._shared_lock:
-            key = (model_name, dim)
+            key = (model_name, dim, backend)
             if key not in cls._shared:
-                cls._shared[key] = cls(model_name, dim)
+                cls._shared[key] = cls(model_name, dim, backend)
             return cls._shared[key]
 
-    def __init__(self, model_name: str, dim: int) -> None:
+    def __init__(self, model_name: str, dim: int, backend: str = DEFAULT_BACKEND) -> None:
         self.model_name = model_name
         self.dim = dim
+        self.backend = backend
         self._pool: ProcessPoolExecutor | None = None
         self._lock = threading.Lock()
 
@@ -92,7 +93,7 @@ class EmbeddingProcess:
                     max_workers=1,
                     mp_context=multiprocessing.get_context("spawn"),
                     initializer=_init_worker,
-                    initargs=(self.model_name, self.dim, os.getpid()),
+                    initargs=(self.model_name, self.dim, self.backend, os.getpid()),
                 )
             return self._pool
 

@@ -23,6 +23,10 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 BATCH_SIZE = 32  # measured faster than 64/128 on CPU (less padding)
+# "onnx": ONNX Runtime on the exported transformer (about 2x torch on CPU, same vectors);
+# "torch": sentence-transformers as is.
+DEFAULT_BACKEND = "onnx"
+ONNX_BATCH_SIZE = 16  # measured: 376/s at 16, 353 at 32, 277 at 128 on two cores
 
 
 def resolve_model(name: str) -> str:
@@ -57,17 +61,19 @@ class Embedder:
     _shared_lock = threading.Lock()
 
     @classmethod
-    def shared(cls, model_name: str, dim: int) -> Embedder:
+    def shared(cls, model_name: str, dim: int, backend: str = DEFAULT_BACKEND) -> Embedder:
         """The process-wide embedder for a model (the model is loaded once per process)."""
         with cls._shared_lock:
-            key = (model_name, dim)
+            key = (model_name, dim, backend)
             if key not in cls._shared:
-                cls._shared[key] = cls(model_name, dim)
+                cls._shared[key] = cls(model_name, dim, backend)
             return cls._shared[key]
 
-    def __init__(self, model_name: str, dim: int) -> None:
+    def __init__(self, model_name: str, dim: int, backend: str = DEFAULT_BACKEND) -> None:
         self.model_name = model_name
         self.dim = dim
+        self.backend = backend
+        self._onnx: Any = None
         self.is_nomic = "nomic-embed" in model_name.lower()
         self._model: Any = None
         self._lock = threading.Lock()
@@ -105,7 +111,17 @@ class Embedder:
                         f"embedding model {self.model_name!r} makes {native}-dim vectors but "
                         f"memory.embedding_dim is {self.dim}; set memory.embedding_dim = {native}"
                     )
-                log_event("memory_op", op="embedder_load", model=self.model_name, duration_ms=t.ms)
+                if self.backend == "onnx":
+                    from luna.memory.onnx_encoder import build_onnx_encoder
+
+                    self._onnx = build_onnx_encoder(self._model)
+                log_event(
+                    "memory_op",
+                    op="embedder_load",
+                    model=self.model_name,
+                    backend="onnx" if self._onnx is not None else "torch",
+                    duration_ms=t.ms,
+                )
             return self._model
 
     def encode(self, texts: list[str], *, is_query: bool = False) -> Any:
@@ -116,13 +132,16 @@ class Embedder:
         if self.is_nomic:
             prefix = "search_query: " if is_query else "search_document: "
             texts = [prefix + t for t in texts]
-        vecs = model.encode(
-            texts,
-            batch_size=BATCH_SIZE,
-            convert_to_numpy=True,
-            normalize_embeddings=False,
-            show_progress_bar=False,
-        ).astype(np.float32)
+        if self._onnx is not None:
+            vecs = self._onnx.encode(texts, ONNX_BATCH_SIZE)
+        else:
+            vecs = model.encode(
+                texts,
+                batch_size=BATCH_SIZE,
+                convert_to_numpy=True,
+                normalize_embeddings=False,
+                show_progress_bar=False,
+            ).astype(np.float32)
         if vecs.shape[1] > self.dim:  # Matryoshka: keep the leading dims, then renormalize
             if self.is_nomic:  # nomic's recipe: layer norm over the full vector first
                 vecs = (vecs - vecs.mean(axis=1, keepdims=True)) / (
