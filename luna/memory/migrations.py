@@ -1,0 +1,138 @@
+"""The memory database's schema history: ordered, named, forward-only migrations.
+
+Invariants: each entry runs once, in its own transaction, in list order, and is recorded in
+``_migrations``; a released entry is never edited — a change appends a new one.
+"""
+
+from __future__ import annotations
+
+Migration = tuple[str, list[str]]
+
+MIGRATIONS: list[Migration] = [
+    (
+        "m001_session_log",
+        [
+            "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+            """CREATE TABLE sessions (
+                id TEXT PRIMARY KEY,
+                scope TEXT NOT NULL DEFAULT 'owner',
+                created_at TEXT NOT NULL
+            )""",
+            """CREATE TABLE messages (
+                id INTEGER PRIMARY KEY AUTOINCREMENT,
+                session_id TEXT NOT NULL REFERENCES sessions(id),
+                role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant', 'tool')),
+                content TEXT NOT NULL DEFAULT '',
+                tool_calls TEXT,
+                tool_call_id TEXT,
+                name TEXT,
+                context TEXT,
+                scope TEXT NOT NULL DEFAULT 'owner',
+                created_at TEXT NOT NULL,
+                prompt_tokens INTEGER,
+                completion_tokens INTEGER,
+                total_tokens INTEGER,
+                cached_tokens INTEGER
+            )""",
+            "CREATE INDEX messages_session ON messages(session_id, id)",
+            """CREATE TRIGGER messages_append_only_update BEFORE UPDATE ON messages
+               BEGIN SELECT RAISE(ABORT, 'messages are append-only'); END""",
+            """CREATE TRIGGER messages_append_only_delete BEFORE DELETE ON messages
+               BEGIN SELECT RAISE(ABORT, 'messages are append-only'); END""",
+        ],
+    ),
+    (
+        "m002_memory_index",
+        [
+            """CREATE TABLE memories (
+                id INTEGER PRIMARY KEY AUTOINCREMENT,
+                text TEXT NOT NULL,
+                importance INTEGER NOT NULL DEFAULT 5 CHECK (importance BETWEEN 1 AND 10),
+                source TEXT NOT NULL DEFAULT 'user'
+                    CHECK (source IN ('user', 'assistant', 'tool', 'import')),
+                speaker TEXT,
+                scope TEXT NOT NULL DEFAULT 'owner',
+                session_id TEXT,
+                external_id TEXT,
+                created_at TEXT NOT NULL,
+                updated_at TEXT NOT NULL,
+                superseded_by INTEGER REFERENCES memories(id) ON DELETE SET NULL
+            )""",
+            """CREATE UNIQUE INDEX memories_external ON memories(scope, external_id)
+               WHERE external_id IS NOT NULL""",
+            "CREATE INDEX memories_scope ON memories(scope, id)",
+            """CREATE TABLE summaries (
+                id INTEGER PRIMARY KEY AUTOINCREMENT,
+                session_id TEXT NOT NULL UNIQUE REFERENCES sessions(id),
+                text TEXT NOT NULL,
+                cut_message_id INTEGER NOT NULL,
+                compactions INTEGER NOT NULL DEFAULT 1,
+                created_at TEXT NOT NULL,
+                updated_at TEXT NOT NULL
+            )""",
+            """CREATE TABLE docs (
+                id INTEGER PRIMARY KEY AUTOINCREMENT,
+                kind TEXT NOT NULL CHECK (kind IN ('message', 'memory', 'summary')),
+                ref_id INTEGER NOT NULL,
+                scope TEXT NOT NULL,
+                created_at TEXT NOT NULL,
+                thread TEXT,
+                speaker TEXT,
+                embedded INTEGER NOT NULL DEFAULT 0,
+                UNIQUE (kind, ref_id)
+            )""",
+            "CREATE INDEX docs_pending ON docs(embedded) WHERE embedded = 0",
+            "CREATE INDEX docs_thread ON docs(thread, kind, id) WHERE thread IS NOT NULL",
+            "CREATE INDEX docs_scope_time ON docs(scope, created_at)",
+            "CREATE INDEX docs_speaker ON docs(scope, speaker) WHERE speaker IS NOT NULL",
+            # text = the searchable text; ctx = its neighbours in the same thread (a message's
+            # previous and next message), weighted lower by bm25.
+            """CREATE VIRTUAL TABLE docs_fts USING fts5(
+                text, ctx, tokenize = 'porter unicode61'
+            )""",
+            # Index what an older database already holds.
+            """INSERT INTO docs (kind, ref_id, scope, created_at, thread)
+               SELECT 'message', id, scope, created_at, session_id FROM messages
+               WHERE role IN ('user', 'assistant') AND content != '' ORDER BY id""",
+            """INSERT INTO docs_fts (rowid, text, ctx)
+               SELECT d.id, m.content, '' FROM docs d JOIN messages m
+               ON d.kind = 'message' AND d.ref_id = m.id""",
+        ],
+    ),
+    (
+        "m003_thread_vectors",
+        [
+            # A threaded doc's own embedding; docs_vec holds it mixed with its neighbours'.
+            """CREATE TABLE doc_raw_vec (
+                doc_id INTEGER PRIMARY KEY REFERENCES docs(id) ON DELETE CASCADE,
+                embedding BLOB NOT NULL
+            )""",
+            # Vectors written before this migration were not mixed: embed them again.
+            "UPDATE docs SET embedded = 0 WHERE thread IS NOT NULL",
+        ],
+    ),
+    (
+        "m004_context_set_once",
+        [
+            # The user's message is logged before recall runs; its per-turn context (time,
+            # recalled memories) is attached once afterwards. Nothing else may ever change.
+            "DROP TRIGGER messages_append_only_update",
+            """CREATE TRIGGER messages_append_only_update BEFORE UPDATE ON messages
+               WHEN NOT (OLD.context IS NULL AND NEW.context IS NOT NULL
+                        AND NEW.id IS OLD.id
+                        AND NEW.session_id IS OLD.session_id
+                        AND NEW.role IS OLD.role
+                        AND NEW.content IS OLD.content
+                        AND NEW.tool_calls IS OLD.tool_calls
+                        AND NEW.tool_call_id IS OLD.tool_call_id
+                        AND NEW.name IS OLD.name
+                        AND NEW.scope IS OLD.scope
+                        AND NEW.created_at IS OLD.created_at
+                        AND NEW.prompt_tokens IS OLD.prompt_tokens
+                        AND NEW.completion_tokens IS OLD.completion_tokens
+                        AND NEW.total_tokens IS OLD.total_tokens
+                        AND NEW.cached_tokens IS OLD.cached_tokens)
+               BEGIN SELECT RAISE(ABORT, 'messages are append-only'); END""",
+        ],
+    ),
+]
