@@ -71,11 +71,14 @@ async def check_config(cfg: Config) -> list[CheckResult]:
 def _encode_probe(cfg: Config) -> str:
     from luna.memory.embeddings import Embedder
 
-    emb = Embedder(cfg.memory.embedding_model, cfg.memory.embedding_dim)
+    emb = Embedder(
+        cfg.memory.embedding_model, cfg.memory.embedding_dim, cfg.memory.embedding_backend
+    )
     vecs = emb.encode(["Luna doctor embedding probe"])
     if tuple(vecs.shape) != (1, cfg.memory.embedding_dim):
         raise ValueError(f"vector shape {tuple(vecs.shape)}, wanted (1, {emb.dim})")
-    return f"{cfg.memory.embedding_model} → {emb.dim} dims"
+    backend = "ONNX Runtime" if emb.is_onnx else "torch"
+    return f"{cfg.memory.embedding_model} → {emb.dim} dims on {backend}"
 
 
 async def check_embeddings(cfg: Config) -> list[CheckResult]:

@@ -79,6 +79,11 @@ class Embedder:
         self._lock = threading.Lock()
 
     @property
+    def is_onnx(self) -> bool:
+        """True once loaded on the ONNX Runtime path."""
+        return self._onnx is not None
+
+    @property
     def is_loaded(self) -> bool:
         return self._model is not None
 
