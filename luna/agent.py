@@ -6,7 +6,8 @@ Invariants:
 - Turns of one session run strictly in order (a per-session lock); sessions run concurrently.
 - A turn runs at most ``agent.max_rounds`` tool rounds (sub-agent rounds count against the same
   budget); at the limit one wrap-up call without tools produces the answer.
-- Every assistant tool call and every tool result is persisted, so the next turn sees what ran.
+- Every assistant tool call is persisted before it runs and every result as it arrives, so
+  the next turn sees what ran, even after an interrupted round.
 - Tool failures of any kind become results the model reads; only LLM failures end a turn, as
   one short line for the user (TurnFailed) and a traceback in the log.
 - Nothing blocking runs here: memory and tools do their own thread hand-off.
@@ -18,7 +19,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,7 @@ WRAP_UP_NOTE = (
     "what you have, and say what is left undone.]"
 )
 SPAWNING_TOOLS = {"delegate", "code_task"}
+SHUTTING_DOWN = "Luna is shutting down; send that again in a moment."
 
 
 @dataclass
@@ -105,10 +107,13 @@ class Agent:
         persisted up to then stays.
         """
         if not self.accepting:
-            yield TurnFailed("Luna is shutting down; try again in a moment.")
+            yield TurnFailed(SHUTTING_DOWN)
             return
         queue: asyncio.Queue[AgentEvent | None] = asyncio.Queue()
         async with self.session_lock(msg.session_id):
+            if not self.accepting:  # shutdown began while this turn waited for the session
+                yield TurnFailed(SHUTTING_DOWN)
+                return
             task = asyncio.create_task(self._run_turn_task(msg, queue.put_nowait))
             self._active.add(task)
             task.add_done_callback(self._active.discard)
@@ -177,11 +182,13 @@ class Agent:
     async def _turn(
         self, msg: InboundMessage, emit: Callable[[AgentEvent], None], turn_id: str
     ) -> int:
-        summary, history = await self.memory.prompt_history(msg.session_id)
         # Durable first: once handed over, the message survives anything that follows.
         message_id = await self.memory.append_message(
             msg.session_id, {"role": "user", "content": msg.text}, scope=msg.scope
         )
+        summary, history = await self.memory.prompt_history(msg.session_id)
+        if history and history[-1].get("role") == "user" and history[-1]["content"] == msg.text:
+            history = history[:-1]  # the message just logged goes last, with its context
         context = render_context(_now(), await self._recall_block(msg, history))
         await self.memory.set_context(message_id, context)
         user_message = {"role": "user", "content": attach_context(msg.text, context)}
@@ -219,12 +226,14 @@ class Agent:
             budget.take()
             rounds += 1
             assistant = _assistant_message(resp.content, calls)
-            results = await self._run_tools(calls, ctx, emit)
-            # Persist the call and its results together, after the tools ran: a crash mid-round
-            # leaves no dangling call in the log.
+            # The call is logged before it runs and each result as it arrives: an interrupted
+            # round still shows what ran (the prompt fills a missing result with a placeholder).
             await self.memory.append_message(msg.session_id, assistant, scope=msg.scope)
-            for result in results:
+
+            async def persist(result: dict[str, Any]) -> None:
                 await self.memory.append_message(msg.session_id, result, scope=msg.scope)
+
+            results = await self._run_tools(calls, ctx, emit, persist)
             messages.append(assistant)
             messages.extend(results)
         if self.librarian is not None:
@@ -250,7 +259,11 @@ class Agent:
         return format_recall(items, self.cfg.memory.recall_token_budget)
 
     async def _run_tools(
-        self, calls: list[ToolCall], ctx: Any, emit: Callable[[AgentEvent], None]
+        self,
+        calls: list[ToolCall],
+        ctx: Any,
+        emit: Callable[[AgentEvent], None],
+        persist: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
     ) -> list[dict[str, Any]]:
         results = []
         for call in calls:
@@ -259,7 +272,10 @@ class Agent:
             result = await self.registry.execute(call, ctx)
             duration = asyncio.get_running_loop().time() - started
             emit(ToolFinished(call.id, call.name, result.is_error, duration, result.content[:200]))
-            results.append({"role": "tool", "tool_call_id": call.id, "content": result.content})
+            message = {"role": "tool", "tool_call_id": call.id, "content": result.content}
+            if persist is not None:
+                await persist(message)
+            results.append(message)
         return results
 
     # ---- sub-agents -------------------------------------------------------------------

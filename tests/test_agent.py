@@ -248,3 +248,59 @@ async def test_agent_subagent_shares_turn_budget_and_cannot_spawn(
     sub_request = llm_server.requests[1]
     assert "delegate" not in {t["function"]["name"] for t in sub_request["tools"]}
     assert not llm_server.requests[4].get("tools")
+
+
+async def test_agent_turn_waiting_for_its_session_during_drain_is_refused(
+    agent_factory: Callable[..., Any], llm_server: FakeLLMServer
+) -> None:
+    agent = await agent_factory()
+    llm_server.script(Reply(content="first done", delay=0.5), Reply(content="never"))
+    first = asyncio.ensure_future(run(agent, "first"))
+    await asyncio.sleep(0.1)
+    second = asyncio.ensure_future(run(agent, "second"))  # waits for the session lock
+    await asyncio.sleep(0.1)
+    await agent.drain(5.0)
+    assert (await first)[-1].reply == "first done"
+    events = await second
+    assert isinstance(events[-1], TurnFailed) and "shutting down" in events[-1].message
+    assert len(llm_server.requests) == 1
+
+
+async def test_agent_interrupted_round_still_logs_the_call(
+    agent_factory: Callable[..., Any], llm_server: FakeLLMServer
+) -> None:
+    agent = await agent_factory()
+    started = asyncio.Event()
+
+    @agent.registry.tool(level="allow")
+    async def slow() -> str:
+        """Takes forever."""
+        started.set()
+        await asyncio.sleep(3600)
+        return "unreachable"
+
+    llm_server.script(
+        Reply(
+            tool_calls=[
+                {"name": "echo", "arguments": '{"text": "sent"}', "id": "a"},
+                {"name": "slow", "arguments": "{}", "id": "b"},
+            ]
+        )
+    )
+    stream = agent.run_turn(InboundMessage(session_id="s1", text="do both"))
+
+    async def consume() -> None:
+        async for _ in stream:
+            pass
+
+    task = asyncio.ensure_future(consume())
+    await asyncio.wait_for(started.wait(), 30)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    _, history = await agent.memory.prompt_history("s1")
+    assert [m["role"] for m in history] == ["user", "assistant", "tool", "tool"]
+    assert [c["id"] for c in history[1]["tool_calls"]] == ["a", "b"]
+    assert "echo: sent" in history[2]["content"]  # the finished tool's result was kept
+    # The interrupted call is shown as such, so the server accepts the history.
+    assert history[3]["tool_call_id"] == "b" and "interrupted" in history[3]["content"]
