@@ -14,9 +14,11 @@ import asyncio
 import contextlib
 import datetime as dt
 import json
+import secrets
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -56,7 +58,8 @@ def load_session_id(data_dir: Path, requested: str | None) -> str:
 
 
 def new_session_id() -> str:
-    return "repl-" + dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return f"repl-{stamp}-{secrets.token_hex(3)}"  # two /new in one second still differ
 
 
 def save_session_id(data_dir: Path, session_id: str) -> None:
@@ -83,6 +86,7 @@ class LineReader:
         self.stream = stream
         self.interactive = interactive
         self._pending: asyncio.Future[str | None] | None = None
+        self._asked: tuple[str, str] = ("", "")
         self._history_file = history_file
         if interactive:
             with contextlib.suppress(ImportError, OSError):
@@ -101,8 +105,26 @@ class LineReader:
         except EOFError:
             return None
 
-    async def read(self, prompt: str = "") -> str | None:
+    async def read(
+        self,
+        prompt: str = "",
+        *,
+        purpose: str = "message",
+        on_stale: Callable[[], None] | None = None,
+    ) -> str | None:
+        """The next line typed in answer to ``prompt``.
+
+        A line still being typed in answer to another question (an approval that timed out)
+        is never handed to this one: it is awaited and dropped, then this prompt is shown.
+        """
+        pending = self._pending
+        if pending is not None and not pending.done() and self._asked != (purpose, prompt):
+            if on_stale is not None:
+                on_stale()
+            await asyncio.shield(pending)
+            self._pending = None
         if self._pending is None or self._pending.done():
+            self._asked = (purpose, prompt)
             loop = asyncio.get_running_loop()
             future: asyncio.Future[str | None] = loop.create_future()
 
@@ -168,7 +190,11 @@ class Repl:
             self.write(f"Luna — session {self.session_id}. /help for commands.\n")
         try:
             while not self.stopping.is_set():
-                read = asyncio.ensure_future(self.reader.read("you> " if self.interactive else ""))
+                read = asyncio.ensure_future(
+                    self.reader.read(
+                        "you> " if self.interactive else "", on_stale=self._stale_notice
+                    )
+                )
                 stop = asyncio.ensure_future(self.stopping.wait())
                 done, _ = await asyncio.wait({read, stop}, return_when=asyncio.FIRST_COMPLETED)
                 if stop in done:
@@ -189,8 +215,11 @@ class Repl:
                 try:
                     await self._turn
                 except asyncio.CancelledError:
+                    current = asyncio.current_task()
+                    if current is not None and current.cancelling():
+                        raise  # the REPL itself is being cancelled, not just this turn
                     if self.stopping.is_set():
-                        break
+                        break  # SIGTERM: the drain cancelled the turn after its grace
                     self.write("\n[cancelled]\n")
                 finally:
                     self._turn = None
@@ -206,6 +235,9 @@ class Repl:
         else:
             self.write("\n(Ctrl-D or /quit to exit)\n")
 
+    def _stale_notice(self) -> None:
+        self.write("\n(the earlier question expired; the next line you type is ignored)\n")
+
     def stop(self) -> None:
         self.stopping.set()
 
@@ -216,7 +248,9 @@ class Repl:
         shown = json.dumps(args, ensure_ascii=False)
         if len(shown) > 300:
             shown = shown[:300] + "…"
-        answer = await self.reader.read(f"\nallow {tool} {shown}? [y/N] ")
+        answer = await self.reader.read(
+            f"\nallow {tool} {shown}? [y/N] ", purpose="approval", on_stale=self._stale_notice
+        )
         return (answer or "").strip().lower() in {"y", "yes"}
 
     async def _run_turn(self, text: str) -> None:
