@@ -85,6 +85,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LunaError as e:
         print(f"luna: {e}", file=sys.stderr)
         return 1
+    except OSError as e:  # a folder Luna cannot create, a file it cannot write, ...
+        print(f"luna: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

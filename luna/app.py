@@ -16,6 +16,7 @@ import contextlib
 import logging
 import signal
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from luna import observe
@@ -31,6 +32,14 @@ EMBEDDED_BANNER = (
     "For the real assistant, run llama-server on localhost:8001 or point Luna at your server:\n"
     "  LLM_ENDPOINT=http://HOST:PORT/v1 python -m luna   (or `luna config set llm.endpoint URL`)"
 )
+
+
+async def _with_deadline(step: Callable[[], Awaitable[None]], seconds: float, name: str) -> None:
+    """One shutdown step; a step that hangs is logged and left behind, never waited for."""
+    try:
+        await asyncio.wait_for(step(), seconds)
+    except TimeoutError:
+        log.warning("shutdown: %s did not stop within %.0f s", name, seconds)
 
 
 async def _pick_llm(
@@ -52,12 +61,12 @@ async def _pick_llm(
         model = EmbeddedModel(cfg)
         print("Starting the embedded demo model (first start takes a minute)…", file=sys.stderr)
         await model.start()
-        stack.push_async_callback(model.stop)
+        stack.push_async_callback(_with_deadline, model.stop, 15.0, "embedded model")
         llm_cfg = model.llm_config(cfg.llm)  # also caps max_tokens: a base model babbles
         banner = EMBEDDED_BANNER.format(endpoint=cfg.llm.endpoint)
         embedded = True
     llm = LLMClient(llm_cfg)
-    stack.push_async_callback(llm.close)
+    stack.push_async_callback(_with_deadline, llm.close, 5.0, "LLM client")
     return llm, banner, embedded
 
 
@@ -73,9 +82,9 @@ async def build_components(
     from luna.tools import build_registry, sandbox_status
 
     memory = Memory(cfg.memory)
-    stack.push_async_callback(asyncio.to_thread, EmbeddingProcess.shutdown_all)
+    stack.push_async_callback(asyncio.to_thread, EmbeddingProcess.shutdown_all)  # bounded
     await memory.open()
-    stack.push_async_callback(memory.close)
+    stack.push_async_callback(_with_deadline, memory.close, 30.0, "database")
     if not memory.vector_enabled:
         print(
             "warning: sqlite-vec did not load; memory search is keyword-only (see `luna doctor`)",
@@ -91,11 +100,11 @@ async def build_components(
             f"warning: bash is not sandboxed: {sandbox_detail} (see `luna doctor`)", file=sys.stderr
         )
     mcp = MCPManager(cfg, registry)
+    stack.push_async_callback(_with_deadline, mcp.stop, 30.0, "MCP servers")
     await mcp.start()
-    stack.push_async_callback(mcp.stop)
     librarian = Librarian(memory, llm, cfg) if cfg.memory.librarian else None
     if librarian is not None:
-        stack.push_async_callback(librarian.aclose)
+        stack.push_async_callback(_with_deadline, librarian.aclose, 15.0, "librarian")
     agent = Agent(cfg, llm, memory, registry, librarian)
     if embedded:
         agent.tools_enabled = False  # the demo model cannot call tools

@@ -304,6 +304,8 @@ def read_toml(path: Path) -> dict[str, Any]:
             return tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"config: {path} is not valid TOML: {e}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config: {path} is not UTF-8 text") from None
     except OSError as e:
         raise ConfigError(f"config: cannot read {path}: {e.strerror}") from None
 

@@ -44,7 +44,7 @@ class EventLog:
     ) -> None:
         self.log_dir = log_dir
         self._today = today or (lambda: dt.datetime.now().strftime("%Y-%m-%d"))
-        self._secrets = [s for s in (secrets or []) if s]
+        self._secrets = _secret_forms(secrets or [])
         self._lock = threading.Lock()
         self._day: str | None = None
         self._file: Any = None
@@ -84,18 +84,25 @@ class EventLog:
 _event_log: EventLog | None = None
 
 
-class _ScrubFilter(logging.Filter):
-    def __init__(self, secrets: list[str]) -> None:
-        super().__init__()
-        self.secrets = [s for s in secrets if s]
+def _secret_forms(secrets: list[str]) -> list[str]:
+    """Each secret as written and as it appears inside JSON (quotes, backslashes escaped)."""
+    forms = {s for s in secrets if s}
+    forms |= {json.dumps(s)[1:-1] for s in forms}
+    return sorted(forms, key=len, reverse=True)
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        if self.secrets:
-            msg = record.getMessage()
-            for s in self.secrets:
-                msg = msg.replace(s, "***")
-            record.msg, record.args = msg, None
-        return True
+
+class _ScrubbingFormatter(logging.Formatter):
+    """Scrubs the whole formatted record: message, traceback and stack alike."""
+
+    def __init__(self, fmt: str, secrets: list[str]) -> None:
+        super().__init__(fmt)
+        self.secrets = _secret_forms(secrets)
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        for s in self.secrets:
+            text = text.replace(s, "***")
+        return text
 
 
 def setup(
@@ -117,8 +124,9 @@ def setup(
             root.removeHandler(h)
     if console:
         handler = logging.StreamHandler(stream or sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        handler.addFilter(_ScrubFilter(secrets or []))
+        handler.setFormatter(
+            _ScrubbingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s", secrets or [])
+        )
         handler._luna = True  # type: ignore[attr-defined]
         root.addHandler(handler)
     root.setLevel(level.upper())

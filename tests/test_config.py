@@ -170,3 +170,13 @@ def test_config_secret_env_values_are_secrets(tmp_path: Path) -> None:
     )
     assert set(secret_values(cfg)) == {"ha-123456789", "sk-abc"}
     assert "ha-123456789" not in repr(cfg)
+
+
+def test_cli_unreadable_config_and_unusable_workspace_are_one_line(tmp_path: Path) -> None:
+    (tmp_path / "config.toml").write_bytes(b"[llm]\nmodel = '\xff\xfe'\n")
+    proc = run_luna("config", "show", cwd=tmp_path)
+    assert proc.returncode == 2 and "not UTF-8" in proc.stderr and "Traceback" not in proc.stderr
+    (tmp_path / "config.toml").unlink()
+    proc = run_luna("repl", cwd=tmp_path, env={"LUNA_WORKSPACE": "/proc/luna-cannot-create-this"})
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.startswith("luna: ") and proc.stderr.count("\n") == 1

@@ -74,3 +74,20 @@ def test_observe_rolls_over_to_a_new_file_at_midnight(tmp_path: Path) -> None:
     second = (tmp_path / "luna-2026-11-30.jsonl").read_text().splitlines()
     assert [json.loads(x)["event"] for x in first] == ["a", "b"]
     assert [json.loads(x)["event"] for x in second] == ["c"]
+
+
+def test_observe_scrubs_tracebacks_and_json_escaped_secrets(tmp_path: Path) -> None:
+    secret = 'p"a\\ss-123456'
+    stream_path = tmp_path / "console.txt"
+    with stream_path.open("w") as stream:
+        observe.setup(tmp_path / "logs", console=True, secrets=[secret], stream=stream)
+        try:
+            raise RuntimeError(f"connect failed for https://user:{secret}@host/")
+        except RuntimeError:
+            logging.getLogger("luna.test").exception("request failed")
+        observe.log_event("mcp_server", error=f"bad url with {secret}")
+        observe.shutdown()
+    assert secret not in stream_path.read_text() and "***" in stream_path.read_text()
+    events = (next((tmp_path / "logs").glob("*.jsonl"))).read_text()
+    assert secret not in json.loads(events.splitlines()[0])["error"]
+    observe.setup(tmp_path / "logs", console=False)

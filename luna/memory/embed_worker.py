@@ -30,6 +30,7 @@ from luna.memory.embeddings import DEFAULT_BACKEND, Embedder
 
 WORKER_NICE = 10
 PARENT_CHECK_S = 0.5
+SHUTDOWN_TIMEOUT = 10.0
 
 _worker_embedder: Embedder | None = None
 
@@ -99,17 +100,20 @@ class EmbeddingProcess:
 
     async def _call(self, fn: Any, *args: Any) -> Any:
         loop = asyncio.get_running_loop()
+        pool = self._executor()
         try:
-            return await loop.run_in_executor(self._executor(), fn, *args)
+            return await loop.run_in_executor(pool, fn, *args)
         except BrokenProcessPool as exc:
-            self._discard()
+            self._discard(pool)
             raise MemoryStoreError("the embedding worker process died") from exc
 
-    def _discard(self) -> None:
+    def _discard(self, broken: ProcessPoolExecutor) -> None:
+        """Drop the pool that broke, never a fresh one another call already started."""
         with self._lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+            if self._pool is not broken:
+                return
+            self._pool = None
+        broken.shutdown(wait=False, cancel_futures=True)
 
     async def load(self) -> None:
         await self._call(_load)
@@ -117,11 +121,22 @@ class EmbeddingProcess:
     async def encode(self, texts: list[str], *, is_query: bool = False) -> Any:
         return await self._call(_encode, texts, is_query)
 
-    def shutdown(self, *, wait: bool = False) -> None:
+    def shutdown(self, *, wait: bool = False, timeout: float = SHUTDOWN_TIMEOUT) -> None:
+        """Stop the worker; with ``wait``, give it ``timeout`` seconds, then terminate it."""
         with self._lock:
             pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=wait, cancel_futures=True)
+        if pool is None:
+            return
+        workers = list((pool._processes or {}).values())  # noqa: SLF001 - to bound the wait
+        pool.shutdown(wait=False, cancel_futures=True)
+        if not wait:
+            return
+        deadline = time.monotonic() + timeout
+        for worker in workers:
+            worker.join(max(0.0, deadline - time.monotonic()))
+            if worker.is_alive():
+                worker.terminate()
+                worker.join(1.0)
 
     @classmethod
     def shutdown_all(cls) -> None:
