@@ -90,15 +90,27 @@ class Agent:
         self.memory = memory
         self.registry = registry
         self.librarian = librarian
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}  # session -> (lock, turns using it)
         self._active: set[asyncio.Task[Any]] = set()
         self.accepting = True
         self.tools_enabled = True
 
     # ---- public API -------------------------------------------------------------------
 
-    def session_lock(self, session_id: str) -> asyncio.Lock:
-        return self._locks.setdefault(session_id, asyncio.Lock())
+    @contextlib.asynccontextmanager
+    async def _session(self, session_id: str) -> AsyncIterator[None]:
+        """Hold the session's lock; the lock is dropped once no turn uses or awaits it."""
+        lock, users = self._locks.get(session_id, (asyncio.Lock(), 0))
+        self._locks[session_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[session_id]
+            if users == 1:
+                del self._locks[session_id]
+            else:
+                self._locks[session_id] = (lock, users - 1)
 
     async def run_turn(self, msg: InboundMessage) -> AsyncIterator[AgentEvent]:
         """Run one turn and yield its events as they happen.
@@ -110,7 +122,7 @@ class Agent:
             yield TurnFailed(SHUTTING_DOWN)
             return
         queue: asyncio.Queue[AgentEvent | None] = asyncio.Queue()
-        async with self.session_lock(msg.session_id):
+        async with self._session(msg.session_id):
             if not self.accepting:  # shutdown began while this turn waited for the session
                 yield TurnFailed(SHUTTING_DOWN)
                 return

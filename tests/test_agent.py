@@ -304,3 +304,12 @@ async def test_agent_interrupted_round_still_logs_the_call(
     assert "echo: sent" in history[2]["content"]  # the finished tool's result was kept
     # The interrupted call is shown as such, so the server accepts the history.
     assert history[3]["tool_call_id"] == "b" and "interrupted" in history[3]["content"]
+
+
+async def test_agent_forgets_session_locks_when_idle(
+    agent_factory: Callable[..., Any], llm_server: FakeLLMServer
+) -> None:
+    agent = await agent_factory()
+    llm_server.default = Reply(content="ok")
+    await asyncio.gather(*(run(agent, "hi", f"s{i}") for i in range(5)), run(agent, "again", "s0"))
+    assert agent._locks == {}  # noqa: SLF001 - no per-session state outlives its turns
