@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import subprocess
 import sys
 import tomllib
@@ -14,6 +13,7 @@ import pytest
 
 from luna.config import SECTIONS, Config, build_config, load_config
 from luna.errors import ConfigError
+from tests.luna_process import clean_env
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -21,14 +21,10 @@ REPO = Path(__file__).resolve().parents[1]
 def run_luna(
     *args: str, cwd: Path, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("LUNA_", "LLM_"))}
-    full_env.pop("DISCORD_TOKEN", None)
-    full_env["PYTHONPATH"] = str(REPO)
-    full_env.update(env or {})
     return subprocess.run(
         [sys.executable, "-m", "luna", *args],
         cwd=cwd,
-        env=full_env,
+        env=clean_env(**(env or {})),
         capture_output=True,
         text=True,
         timeout=120,

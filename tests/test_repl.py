@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -15,25 +14,12 @@ import pytest
 from luna.config import build_config
 from luna.memory import Memory
 from tests.fakes.llm_server import FakeLLMServer, Reply
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.luna_process import data_env
 
 
 def repl_env(tmp_path: Path, endpoint: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LUNA_", "LLM_"))}
-    env.pop("DISCORD_TOKEN", None)
     (tmp_path / "mcp_servers.json").write_text('{"servers": {}}')
-    env.update(
-        PYTHONPATH=str(REPO),
-        LLM_ENDPOINT=endpoint,
-        MEMORY_DB_PATH=str(tmp_path / "data" / "luna.db"),
-        LOG_DIR=str(tmp_path / "data" / "logs"),
-        LUNA_WORKSPACE=str(tmp_path / "workspace"),
-        LUNA_MCP_SERVERS=str(tmp_path / "mcp_servers.json"),
-        HF_HUB_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-    )
-    return env
+    return data_env(tmp_path, endpoint)
 
 
 def start_repl(tmp_path: Path, endpoint: str, *args: str) -> subprocess.Popen[str]:

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.luna_process import clean_env
 
 
 def free_port() -> int:
@@ -38,9 +38,7 @@ def test_repl_without_endpoint_starts_embedded_model_and_answers(tmp_path: Path)
         f"[llm]\nembedded_port = {port}\nmax_tokens = 16\n[observe]\nconsole = false\n"
     )
     (tmp_path / "mcp_servers.json").write_text('{"servers": {}}')
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LUNA_", "LLM_"))}
-    env.pop("DISCORD_TOKEN", None)
-    env.update(PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env = clean_env()
     proc = subprocess.run(
         [sys.executable, "-m", "luna"],
         cwd=tmp_path,

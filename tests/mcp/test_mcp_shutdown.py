@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -13,28 +12,14 @@ from pathlib import Path
 from mcp_helpers import HANGING, PY, child_pids, echo_entry, is_alive
 
 from tests.fakes.llm_server import FakeLLMServer
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.luna_process import data_env
 
 
 def luna_env(tmp_path: Path, endpoint: str) -> dict[str, str]:
     servers = {"echo": echo_entry(), "hang": {"command": PY, "args": [HANGING]}}
     (tmp_path / "mcp_servers.json").write_text(json.dumps({"servers": servers}))
     (tmp_path / "config.toml").write_text("[mcp]\nstart_timeout = 120.0\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LUNA_", "LLM_"))}
-    env.pop("DISCORD_TOKEN", None)
-    env.update(
-        PYTHONPATH=str(REPO),
-        LUNA_CONFIG=str(tmp_path / "config.toml"),
-        LLM_ENDPOINT=endpoint,
-        MEMORY_DB_PATH=str(tmp_path / "data" / "luna.db"),
-        LOG_DIR=str(tmp_path / "data" / "logs"),
-        LUNA_WORKSPACE=str(tmp_path / "workspace"),
-        LUNA_MCP_SERVERS=str(tmp_path / "mcp_servers.json"),
-        HF_HUB_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-    )
-    return env
+    return data_env(tmp_path, endpoint, LUNA_CONFIG=str(tmp_path / "config.toml"))
 
 
 def wait_for_servers(proc: subprocess.Popen[str], count: int) -> set[int]:

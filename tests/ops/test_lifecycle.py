@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -19,8 +18,7 @@ from pathlib import Path
 from luna.config import build_config
 from luna.memory import Memory
 from tests.fakes.llm_server import FakeLLMServer, Reply
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.luna_process import clean_env
 
 
 def write_config(tmp_path: Path, endpoint: str) -> Path:
@@ -55,9 +53,7 @@ def write_config(tmp_path: Path, endpoint: str) -> Path:
 
 
 def start_luna(tmp_path: Path, config: Path) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LUNA_", "LLM_"))}
-    env.pop("DISCORD_TOKEN", None)
-    env.update(PYTHONPATH=str(ROOT), LUNA_CONFIG=str(config))
+    env = clean_env(LUNA_CONFIG=str(config))
     return subprocess.Popen(
         [sys.executable, "-m", "luna", "repl"],
         cwd=tmp_path,
