@@ -26,7 +26,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from luna.errors import MemoryStoreError
-from luna.memory.embeddings import DEFAULT_BACKEND, Embedder
+from luna.memory.embeddings import DEFAULT_BACKEND, Embedder, PerModel
 
 WORKER_NICE = 10
 PARENT_CHECK_S = 0.5
@@ -69,16 +69,10 @@ def _encode(texts: list[str], is_query: bool) -> Any:
 class EmbeddingProcess:
     """An :class:`Embedder` living in a child process; async API."""
 
-    _shared: dict[tuple[str, int], EmbeddingProcess] = {}
-    _shared_lock = threading.Lock()
-
     @classmethod
     def shared(cls, model_name: str, dim: int, backend: str = DEFAULT_BACKEND) -> EmbeddingProcess:
-        with cls._shared_lock:
-            key = (model_name, dim, backend)
-            if key not in cls._shared:
-                cls._shared[key] = cls(model_name, dim, backend)
-            return cls._shared[key]
+        """The process-wide worker for a model (one child process per model)."""
+        return _WORKERS.get(model_name, dim, backend)
 
     def __init__(self, model_name: str, dim: int, backend: str = DEFAULT_BACKEND) -> None:
         self.model_name = model_name
@@ -141,7 +135,8 @@ class EmbeddingProcess:
     @classmethod
     def shutdown_all(cls) -> None:
         """Stop every worker and wait for it to exit (blocking: call from a thread)."""
-        with cls._shared_lock:
-            workers = list(cls._shared.values())
-        for worker in workers:
+        for worker in _WORKERS.values():
             worker.shutdown(wait=True)
+
+
+_WORKERS = PerModel(EmbeddingProcess)

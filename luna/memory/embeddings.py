@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from luna.errors import MemoryStoreError
@@ -54,20 +55,33 @@ def _quiet_progress_bars() -> None:
         pass
 
 
+class PerModel:
+    """One instance per (model, dim, backend) in this process, created on first request."""
+
+    def __init__(self, factory: Callable[[str, int, str], Any]) -> None:
+        self._factory = factory
+        self._items: dict[tuple[str, int, str], Any] = {}
+        self._lock = threading.Lock()
+
+    def get(self, model_name: str, dim: int, backend: str = DEFAULT_BACKEND) -> Any:
+        with self._lock:
+            key = (model_name, dim, backend)
+            if key not in self._items:
+                self._items[key] = self._factory(model_name, dim, backend)
+            return self._items[key]
+
+    def values(self) -> list[Any]:
+        with self._lock:
+            return list(self._items.values())
+
+
 class Embedder:
     """Turns texts into normalized float32 vectors with one lazily loaded model."""
-
-    _shared: dict[tuple[str, int], Embedder] = {}
-    _shared_lock = threading.Lock()
 
     @classmethod
     def shared(cls, model_name: str, dim: int, backend: str = DEFAULT_BACKEND) -> Embedder:
         """The process-wide embedder for a model (the model is loaded once per process)."""
-        with cls._shared_lock:
-            key = (model_name, dim, backend)
-            if key not in cls._shared:
-                cls._shared[key] = cls(model_name, dim, backend)
-            return cls._shared[key]
+        return _EMBEDDERS.get(model_name, dim, backend)
 
     def __init__(self, model_name: str, dim: int, backend: str = DEFAULT_BACKEND) -> None:
         self.model_name = model_name
@@ -156,3 +170,6 @@ class Embedder:
         norms = np.linalg.norm(vecs, axis=1, keepdims=True)
         norms[norms == 0] = 1.0
         return np.ascontiguousarray(vecs / norms, dtype=np.float32)
+
+
+_EMBEDDERS = PerModel(Embedder)
