@@ -201,7 +201,7 @@ class Agent:
         summary, history = await self.memory.prompt_history(msg.session_id)
         if history and history[-1].get("role") == "user" and history[-1]["content"] == msg.text:
             history = history[:-1]  # the message just logged goes last, with its context
-        context = render_context(_now(), await self._recall_block(msg, history))
+        context = render_context(_now(), await self._recall_block(msg))
         await self.memory.set_context(message_id, context)
         user_message = {"role": "user", "content": attach_context(msg.text, context)}
         messages = build_messages(self.cfg.agent.system_prompt, summary, history, user_message)
@@ -260,14 +260,13 @@ class Agent:
             scope=msg.scope,
         )
 
-    async def _recall_block(self, msg: InboundMessage, history: list[dict[str, Any]]) -> str:
+    async def _recall_block(self, msg: InboundMessage) -> str:
+        # Memory leaves out this session's messages still in the prompt (this one included).
         try:
             items = await self.memory.recall(msg.text, scope=msg.scope, session_id=msg.session_id)
         except LunaError as e:
             log.warning("recall failed, answering without memories: %s", e)
             return ""
-        visible = {str(m.get("content", "")) for m in history}
-        items = [i for i in items if i.text not in visible and i.text != msg.text]
         return format_recall(items, self.cfg.memory.recall_token_budget)
 
     async def _run_tools(
