@@ -32,6 +32,7 @@ from luna.config import build_config  # noqa: E402
 from luna.llm import LLMClient  # noqa: E402
 from luna.memory import Memory  # noqa: E402
 from luna.messages import InboundMessage, TurnDone  # noqa: E402
+from luna.prompt import prefix_share  # noqa: E402
 from luna.tools import build_registry  # noqa: E402
 from tests.fakes.llm_server import FakeLLMServer, Reply  # noqa: E402
 
@@ -55,29 +56,12 @@ NOTES = [
 ]
 
 
-def serialize(request: dict[str, Any]) -> str:
-    # Keys sorted: the server renders messages through its chat template, so JSON key order
-    # never reaches the model's prompt.
-    return json.dumps(request.get("tools") or [], ensure_ascii=False, sort_keys=True) + json.dumps(
-        request["messages"], ensure_ascii=False, sort_keys=True
-    )
-
-
-def shared_prefix(a: str, b: str) -> int:
-    lo, hi = 0, min(len(a), len(b))
-    while lo < hi:  # binary search on slice equality: C-speed compares
-        mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
 def share(prev: dict[str, Any], cur: dict[str, Any]) -> float:
-    a, b = serialize(prev), serialize(cur)
-    # The closing "]" of the message list is rewritten by every append; not a cache miss.
-    return min(1.0, shared_prefix(a, b) / max(1, len(a) - 1))
+    # Tool declarations first, as chat templates put them in the system block.
+    def prompt(request: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{"tools": request.get("tools") or []}, *request["messages"]]
+
+    return prefix_share(prompt(prev), prompt(cur))
 
 
 def script(turn_index: int) -> list[Reply]:

@@ -88,14 +88,21 @@ def build_messages(
 
 def prefix_share(previous: list[dict[str, Any]], current: list[dict[str, Any]]) -> float:
     """Share of the previous request's serialized prompt that the current one repeats verbatim
-    from its start (what llama-server's prompt cache can reuse)."""
+    from its start (what llama-server's prompt cache can reuse).
+
+    Keys are sorted: the server renders messages through its chat template, so JSON key order
+    never reaches the model's prompt.
+    """
     import json
 
-    a = json.dumps(previous, ensure_ascii=False)
-    b = json.dumps(current, ensure_ascii=False)
-    n = 0
-    limit = min(len(a), len(b))
-    while n < limit and a[n] == b[n]:
-        n += 1
+    a = json.dumps(previous, ensure_ascii=False, sort_keys=True)
+    b = json.dumps(current, ensure_ascii=False, sort_keys=True)
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:  # binary search on slice equality: C-speed compares
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
     # A trailing "]" closes the list and is always rewritten; don't count it against reuse.
-    return min(1.0, n / max(1, len(a) - 1))
+    return min(1.0, lo / max(1, len(a) - 1))
