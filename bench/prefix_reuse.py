@@ -28,11 +28,11 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from luna.agent import Agent  # noqa: E402
+from luna.agent.prompt import prefix_share  # noqa: E402
 from luna.config import build_config  # noqa: E402
 from luna.llm import LLMClient  # noqa: E402
 from luna.memory import Memory  # noqa: E402
 from luna.messages import InboundMessage, TurnDone  # noqa: E402
-from luna.prompt import prefix_share  # noqa: E402
 from luna.tools import build_registry  # noqa: E402
 from tests.fakes.llm_server import FakeLLMServer, Reply  # noqa: E402
 

@@ -18,11 +18,11 @@ from luna.errors import ConfigError, LunaError
 
 # Modules that contribute subcommands through ``add_parser(subparsers)``.
 _COMMAND_MODULES = (
-    "luna.config_cli",
+    "luna.config.cli",
     "luna.memory.cli",
-    "luna.mcp_cli",
-    "luna.doctor",
-    "luna.stats",
+    "luna.mcp.cli",
+    "luna.doctor.checks",
+    "luna.observe.stats",
 )
 
 

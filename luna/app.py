@@ -47,7 +47,7 @@ async def _pick_llm(
 ) -> tuple[LLMClient, str, bool]:
     """The configured endpoint, or — only when none was chosen and nothing answers on the
     default one — the embedded demo model. Returns (client, banner, is_embedded)."""
-    from luna.embedded import EmbeddedModel, endpoint_alive
+    from luna.llm.embedded import EmbeddedModel, endpoint_alive
 
     llm_cfg = cfg.llm
     banner = ""
@@ -75,7 +75,7 @@ async def build_components(
 ) -> dict[str, Any]:
     """Start every part except the front-end; the exit stack stops them in reverse."""
     from luna.agent import Agent
-    from luna.mcp_manager import MCPManager
+    from luna.mcp.manager import MCPManager
     from luna.memory import Memory
     from luna.memory.embed_worker import EmbeddingProcess
     from luna.memory.librarian import Librarian
@@ -123,7 +123,7 @@ async def run_app(cfg: Config, args: argparse.Namespace, mode: str = "auto") -> 
     cfg.agent.workspace.mkdir(parents=True, exist_ok=True)
     use_discord = mode == "auto" and bool(cfg.discord.token)
     if use_discord:
-        from luna.doctor import discord_token_problem
+        from luna.doctor.checks import discord_token_problem
 
         problem = discord_token_problem(cfg.discord.token)
         if problem:
@@ -151,7 +151,7 @@ async def run_app(cfg: Config, args: argparse.Namespace, mode: str = "auto") -> 
             parts = await build_components(cfg, args, stack)
             agent = parts["agent"]
             if use_discord:
-                from luna.discord_bot import LunaBot
+                from luna.frontends.discord.bot import LunaBot
 
                 bot = LunaBot(cfg, agent, parts["memory"])
                 frontend = asyncio.create_task(bot.start(cfg.discord.token))
@@ -169,7 +169,7 @@ async def run_app(cfg: Config, args: argparse.Namespace, mode: str = "auto") -> 
                     raise LunaError(f"the Discord bot stopped: {error}") from error
                 frontend.cancel()
             else:
-                from luna.repl import Repl
+                from luna.frontends.repl import Repl
 
                 repl = Repl(
                     agent,

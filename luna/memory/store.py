@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from luna import db
 from luna.errors import MemoryStoreError
+from luna.memory import db
 from luna.memory.migrations import MIGRATIONS, Migration
 from luna.memory.vector_index import RAM_INDEX_MIN_DOCS, VectorIndex
 from luna.observe import log_event

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 from luna.config import Config
-from luna.tools import catalog, files, papers, shell, subagents, web
+from luna.tools.builtin import catalog, files, papers, shell, subagents, web
 from luna.tools.registry import (
     SubAgentRunner,
     ToolContext,

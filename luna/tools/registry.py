@@ -38,7 +38,7 @@ from luna import observe
 from luna.config import Config, secret_values
 from luna.errors import ToolError
 from luna.messages import Approver, Frontend, ToolCall, ToolResult
-from luna.tool_output import shape_output
+from luna.tools.output import shape_output
 from luna.tools.permissions import Level, resolve_level
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ import pytest
 from mcp_helpers import ECHO, PY, free_port
 
 from luna.config import Config
-from luna.mcp_manager import MCPManager
+from luna.mcp.manager import MCPManager
 from luna.tools.registry import ToolRegistry
 
 

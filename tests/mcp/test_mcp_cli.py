@@ -10,7 +10,7 @@ from pathlib import Path
 
 from mcp_helpers import PY, echo_entry
 
-REPO = Path(__file__).parents[2]
+from tests.luna_process import REPO
 
 
 def run_luna(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import mcp_types as types
 
-from luna.mcp_config import (
+from luna.mcp.config import (
     describe_result,
     load_servers,
     parse_servers,
@@ -17,6 +17,7 @@ from luna.mcp_config import (
     server_env,
     to_parameters,
 )
+from tests.luna_process import REPO
 
 NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
@@ -114,7 +115,7 @@ def test_load_servers_accepts_claude_desktop_spelling(tmp_path: Path) -> None:
 
 
 def test_repo_default_servers_file_is_valid() -> None:
-    path = Path(__file__).parents[2] / "mcp_servers.json"
+    path = REPO / "mcp_servers.json"
     parsed = load_servers(path, {})
     assert parsed.error is None, parsed.error
     by_name = {s.name: s for s in parsed.servers}

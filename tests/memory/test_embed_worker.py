@@ -15,6 +15,7 @@ import pytest
 from luna.errors import MemoryStoreError
 from luna.memory.embed_worker import EmbeddingProcess
 from luna.memory.embeddings import Embedder
+from tests.luna_process import REPO
 
 
 async def test_embed_worker_matches_in_process_vectors_and_survives_a_crash() -> None:
@@ -56,7 +57,7 @@ if __name__ == "__main__":
 def test_embed_worker_dies_with_a_killed_parent(tmp_path: Path) -> None:
     script = tmp_path / "parent.py"
     script.write_text(WORKER_SCRIPT)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     parent = subprocess.Popen(
         [sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env
     )

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from luna import db
-from luna.memory import Memory, RecallItem, format_recall
+from luna.memory import Memory, RecallItem, db, format_recall
 from luna.memory.query import build_fts_query, plan_query
 
 HOSTILE = [

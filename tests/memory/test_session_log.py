@@ -12,14 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from luna import db
 from luna.config import MemoryConfig
-from luna.memory import Memory
+from luna.memory import Memory, db
 from luna.memory.session_log import INTERRUPTED_RESULT
 from luna.memory.store import MIGRATIONS, Store
 from luna.messages import Usage
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.luna_process import REPO
 
 
 def _call(call_id: str, name: str = "bash", args: str = '{"cmd": "ls"}') -> dict:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[2]  # bench/ imports need the repo on sys.path first
 sys.path.insert(0, str(ROOT))
 
 from bench import run as suite  # noqa: E402

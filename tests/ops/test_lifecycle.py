@@ -2,7 +2,7 @@
 outlasts ``agent.shutdown_grace`` → the turn is cancelled, MCP servers are stopped, the process
 exits 0, the user's message is in the database, and a restart continues the same session.
 
-(The case where the turn finishes inside the grace period is covered in tests/test_repl.py.)
+(A turn that finishes inside the grace period is covered in tests/frontends/test_repl.py.)
 """
 
 from __future__ import annotations

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.luna_process import REPO
+
+ROOT = REPO
 AGENT = ROOT / "luna-agent.service"
 WORKER = ROOT / "worker-agent.service"
 

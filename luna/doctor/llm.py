@@ -1,0 +1,223 @@
+"""Doctor's LLM checks: endpoint reachable, model alias, context size, tool calls, reasoning.
+
+Invariant: these speak raw HTTP (httpx), not LLMClient: the client repairs tool calls written
+as text and strips ``<think>`` markup, which would hide exactly the server misconfigurations
+these checks must show.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from luna.config import Config, is_llm_endpoint_explicit
+from luna.doctor.result import CheckResult, fail, ok, skipped
+
+LLM_PROBE_TIMEOUT = 120.0  # a real 35B model may think a while before calling the tool
+FIX_LLM_START = (
+    "start llama-server (`sudo systemctl start worker-agent`, see worker-agent.service) or point "
+    "Luna at your server: `luna config set llm.endpoint http://HOST:PORT/v1` or LLM_ENDPOINT=..."
+)
+PING_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "ping",
+        "description": "Check that the assistant can call tools. Always call it when asked.",
+        "parameters": {"type": "object", "properties": {}, "required": []},
+    },
+}
+
+
+# ---- LLM --------------------------------------------------------------------------------
+
+
+def _root_url(endpoint: str) -> str:
+    """``http://host:8001/v1`` -> ``http://host:8001`` (llama-server serves /props there)."""
+    base = endpoint.rstrip("/")
+    return base[: -len("/v1")] if base.endswith("/v1") else base
+
+
+async def _probe(
+    client: httpx.AsyncClient, url: str, cfg: Config, body: dict[str, Any]
+) -> dict[str, Any]:
+    resp = await client.post(url, json=body, timeout=LLM_PROBE_TIMEOUT)
+    resp.raise_for_status()
+    data = resp.json()
+    return (data.get("choices") or [{}])[0].get("message") or {}
+
+
+async def check_llm(cfg: Config) -> list[CheckResult]:
+    endpoint = cfg.llm.endpoint.rstrip("/")
+    headers = {"Authorization": f"Bearer {cfg.llm.api_key}"} if cfg.llm.api_key else {}
+    timeout = httpx.Timeout(30.0, connect=cfg.llm.connect_timeout)
+    names = ("model alias", "context size", "tool calls", "reasoning")
+    results: list[CheckResult] = []
+    async with httpx.AsyncClient(headers=headers, timeout=timeout) as client:
+        # Reachable + model alias.
+        try:
+            resp = await client.get(f"{endpoint}/models")
+        except httpx.TransportError as e:
+            why = "timed out" if isinstance(e, httpx.TimeoutException) else type(e).__name__
+            detail = f"{endpoint} is unreachable ({why}: {e})"
+            if cfg.llm.embedded_fallback and not is_llm_endpoint_explicit(cfg):
+                detail += "; `luna` would start its tiny embedded demo model instead"
+            results.append(fail("LLM endpoint", detail, FIX_LLM_START))
+            return results + [skipped(n, "LLM endpoint unreachable") for n in names]
+        if resp.status_code in (401, 403):
+            results.append(
+                fail(
+                    "LLM endpoint",
+                    f"{endpoint} refused the API key (HTTP {resp.status_code})",
+                    "set LLM_API_KEY (in /etc/luna/luna.env for the service) to the server's "
+                    "key (LLAMA_API_KEY in /etc/luna/worker.env)",
+                )
+            )
+            return results + [skipped(n, "API key refused") for n in names]
+        if resp.status_code != 200:
+            results.append(
+                fail(
+                    "LLM endpoint",
+                    f"{endpoint}/models answered HTTP {resp.status_code}",
+                    "check that llm.endpoint is an OpenAI-compatible base URL ending in /v1",
+                )
+            )
+            return results + [skipped(n, "endpoint broken") for n in names]
+        try:
+            served = [str(m.get("id")) for m in resp.json().get("data", [])]
+        except (ValueError, AttributeError):
+            served = []
+        results.append(ok("LLM endpoint", f"{endpoint} answers"))
+        if cfg.llm.model in served:
+            results.append(ok("model alias", f"{cfg.llm.model!r} is served"))
+        else:
+            results.append(
+                fail(
+                    "model alias",
+                    f"{cfg.llm.model!r} is not among the served models {served}",
+                    f"set `luna config set llm.model {served[0] if served else 'NAME'}` or "
+                    f"start llama-server with --alias {cfg.llm.model}",
+                )
+            )
+        results.append(await _check_context(client, cfg))
+        results += await _check_probes(client, cfg, endpoint)
+    return results
+
+
+async def _check_context(client: httpx.AsyncClient, cfg: Config) -> CheckResult:
+    url = f"{_root_url(cfg.llm.endpoint)}/props"
+    try:
+        resp = await client.get(url)
+        props = resp.json() if resp.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        props = None
+    settings = (props or {}).get("default_generation_settings") or {}
+    n_ctx = settings.get("n_ctx") or (props or {}).get("n_ctx")
+    if not isinstance(n_ctx, int):
+        return fail(
+            "context size",
+            f"unknown: {url} gave no n_ctx (not llama-server?)",
+            f"make sure llm.context_tokens ({cfg.llm.context_tokens}) fits the server's context",
+            essential=False,
+        )
+    slots = (props or {}).get("total_slots")
+    slot_note = f", {slots} slot(s)" if isinstance(slots, int) else ""
+    if n_ctx < cfg.llm.context_tokens:
+        return fail(
+            "context size",
+            f"server context {n_ctx} tokens{slot_note} < llm.context_tokens "
+            f"{cfg.llm.context_tokens}: long sessions will overflow",
+            f"start llama-server with -c {cfg.llm.context_tokens} or "
+            f"`luna config set llm.context_tokens {n_ctx}`",
+            essential=False,
+        )
+    return ok(
+        "context size", f"{n_ctx} tokens{slot_note} (llm.context_tokens {cfg.llm.context_tokens})"
+    )
+
+
+async def _check_probes(client: httpx.AsyncClient, cfg: Config, endpoint: str) -> list[CheckResult]:
+    url = f"{endpoint}/chat/completions"
+    tool_body = {
+        "model": cfg.llm.model,
+        "messages": [
+            {"role": "system", "content": "You are a connectivity test. Use the tools given."},
+            {"role": "user", "content": "Call the ping tool now."},
+        ],
+        "tools": [PING_TOOL],
+        "tool_choice": "auto",
+        "temperature": 0,
+        "max_tokens": 2048,
+        "stream": False,
+    }
+    results: list[CheckResult] = []
+    reasoning_seen = ""
+    think_markup = False
+    try:
+        msg = await _probe(client, url, cfg, tool_body)
+    except (httpx.HTTPError, ValueError) as e:
+        results.append(
+            fail(
+                "tool calls",
+                f"probe request to {url} failed: {type(e).__name__}: {e}",
+                "check the llama-server log (`journalctl -u worker-agent`)",
+            )
+        )
+        return results + [skipped("reasoning", "probe request failed")]
+    calls = [c.get("function", {}).get("name") for c in msg.get("tool_calls") or []]
+    content = str(msg.get("content") or "")
+    reasoning_seen = str(msg.get("reasoning_content") or "")
+    think_markup = "<think>" in content
+    if "ping" in calls:
+        results.append(ok("tool calls", "the server returns structured tool_calls"))
+    else:
+        written = "<tool_call>" in content or '"name"' in content
+        results.append(
+            fail(
+                "tool calls",
+                "the probe got no tool_calls"
+                + (" (the call was written as text)" if written else f": {content[:80]!r}"),
+                "start llama-server with --jinja (tool-call parsing needs the model's chat "
+                "template)",
+            )
+        )
+    if not reasoning_seen and not think_markup:
+        try:
+            msg = await _probe(
+                client,
+                url,
+                cfg,
+                {
+                    "model": cfg.llm.model,
+                    "messages": [{"role": "user", "content": "Think briefly, then say OK."}],
+                    "temperature": 0,
+                    "max_tokens": 1024,
+                    "stream": False,
+                },
+            )
+            reasoning_seen = str(msg.get("reasoning_content") or "")
+            think_markup = "<think>" in str(msg.get("content") or "")
+        except (httpx.HTTPError, ValueError):
+            pass
+    if reasoning_seen:
+        results.append(ok("reasoning", "thinking arrives as reasoning_content"))
+    elif think_markup:
+        results.append(
+            fail(
+                "reasoning",
+                "thinking arrives inline as <think> markup in the content",
+                "start llama-server with --reasoning-format deepseek",
+                essential=False,
+            )
+        )
+    else:
+        results.append(
+            fail(
+                "reasoning",
+                "no reasoning_content in the replies (thinking off, or a non-thinking model)",
+                "fine for non-thinking models; for Qwen3.5 run llama-server with --jinja "
+                "--reasoning-format deepseek",
+                essential=False,
+            )
+        )
+    return results

@@ -1,0 +1,168 @@
+"""All configured MCP servers: start them in parallel, expose their tools, call, stop.
+
+Invariants:
+- ``start()`` returns at once; servers start in background tasks, and one that fails or hangs
+  (``mcp.start_timeout``) is logged and skipped without delaying the others. A bad entry in
+  mcp_servers.json is reported by server name (``status()``) and skipped.
+- Tools are registered as ``<server>__<tool>`` (``mcp_config.qualify_names``) with the server's
+  ``expose`` mode and permission level: the server's ``permission`` (default ``allow``: adding
+  a server to mcp_servers.json is the owner's consent), overridable per tool name through
+  ``tools.permissions`` (the registry resolves that). The registry gets no timeout of its own:
+  each server's ``timeout`` is enforced here.
+- Results are returned unshaped; ``ToolRegistry.execute`` passes every tool result, MCP ones
+  included, through ``tool_output.shape_output`` exactly once.
+- ``stop()`` ends every server (no orphan processes) and unregisters all MCP tools.
+- ``${VAR}`` expansion reads the process environment (or the ``environ`` given), and a server
+  process gets only the variables its ``env`` names plus a non-secret base.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import os
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import mcp_types as types
+
+from luna.config import Config
+from luna.mcp.config import load_servers, qualify_names, to_parameters, tool_description
+from luna.mcp.session import ServerConnection, ServerStatus
+from luna.messages import ToolResult
+from luna.observe import log_event
+
+if TYPE_CHECKING:
+    from luna.tools.registry import ToolRegistry
+
+log = logging.getLogger(__name__)
+
+__all__ = ["MCPManager", "ServerStatus"]
+
+
+class MCPManager:
+    """All configured MCP servers; see the module docstring for the guarantees."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        registry: ToolRegistry,
+        *,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.registry = registry
+        self.environ: Mapping[str, str] = os.environ if environ is None else environ
+        self.servers: dict[str, ServerConnection] = {}
+        self.file_error: str | None = None
+        self.is_stopping = False
+        self._boots: set[asyncio.Task[None]] = set()
+
+    async def start(self, only: Iterable[str] | None = None) -> None:
+        """Read mcp_servers.json and start every enabled, valid server in the background."""
+        parsed = await asyncio.to_thread(
+            load_servers,
+            self.cfg.mcp.servers_file,
+            self.environ,
+            call_timeout=self.cfg.mcp.call_timeout,
+        )
+        self.file_error = parsed.error
+        if parsed.error:
+            log.error("MCP servers file: %s", parsed.error)
+            log_event("mcp_server", server="*", status="failed", error=parsed.error)
+        wanted = set(only) if only is not None else None
+        for spec in parsed.servers:
+            if wanted is not None and spec.name not in wanted:
+                continue
+            server = ServerConnection(spec, self.cfg, self.environ, self._register)
+            self.servers[spec.name] = server
+            if spec.error:
+                log.error("MCP server %r skipped: %s", spec.name, spec.error)
+                log_event("mcp_server", server=spec.name, status="failed", error=server.error)
+            elif not spec.enabled:
+                log_event("mcp_server", server=spec.name, status="disabled")
+            else:
+                task = asyncio.create_task(self._boot(server), name=f"mcp-boot-{spec.name}")
+                self._boots.add(task)
+                task.add_done_callback(self._boots.discard)
+
+    async def _boot(self, server: ServerConnection) -> None:
+        async with server.lock:
+            if not self.is_stopping:
+                await server.start_and_wait()
+
+    def _register(self, server: ServerConnection, tools: list[types.Tool]) -> None:
+        """Replace ``server``'s tools in the registry with ``tools`` (start, restart, refresh)."""
+        if self.is_stopping:
+            return
+        self.registry.unregister_prefix(f"{server.name}__")
+        names = qualify_names(server.name, [t.name for t in tools])
+        server.tool_names = {}
+        for tool in sorted(tools, key=lambda t: names[t.name]):
+            qualified = names[tool.name]
+            if qualified in server.tool_names:
+                continue  # a server listing the same name twice: keep the first
+            server.tool_names[qualified] = tool.name
+            self.registry.register(
+                qualified,
+                tool_description(server.name, tool.name, tool.description, tool.title),
+                to_parameters(tool.input_schema),
+                functools.partial(self._handle, qualified),
+                level=server.spec.permission,  # type: ignore[arg-type]
+                expose=server.spec.expose,  # type: ignore[arg-type]
+                timeout=None,
+            )
+
+    async def wait_ready(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109
+        """Wait until every server has finished starting (running or failed); False on timeout."""
+        if not self._boots:
+            return True
+        _, pending = await asyncio.wait(set(self._boots), timeout=timeout)
+        return not pending
+
+    async def stop(self) -> None:
+        """Stop every server and unregister its tools; safe to call twice."""
+        self.is_stopping = True
+        for s in self.servers.values():
+            s.is_stopping = True
+        for task in list(self._boots):
+            task.cancel()
+        servers = list(self.servers.values())
+        await asyncio.gather(*(s.stop_runner() for s in servers), return_exceptions=True)
+        for task in list(self._boots):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for s in servers:
+            if s.state in ("running", "starting"):
+                s.state = "stopped"
+                log_event("mcp_server", server=s.name, status="stopped")
+            self.registry.unregister_prefix(f"{s.name}__")
+            s.tool_names = {}
+
+    def status(self) -> list[ServerStatus]:
+        return [s.status() for s in self.servers.values()]
+
+    def tools(self, server: str | None = None) -> list[tuple[str, str, str]]:
+        """(qualified name, server, original tool name) for registered MCP tools."""
+        return [
+            (q, s.name, original)
+            for s in self.servers.values()
+            if server is None or s.name == server
+            for q, original in sorted(s.tool_names.items())
+        ]
+
+    async def call(self, qualified_name: str, arguments: dict[str, Any]) -> ToolResult:
+        """Call ``<server>__<tool>``; never raises except CancelledError."""
+        server_name, _, _ = qualified_name.partition("__")
+        server = self.servers.get(server_name)
+        original = server.tool_names.get(qualified_name) if server else None
+        if server is None or original is None:
+            known = ", ".join(q for q, _, _ in self.tools()) or "none"
+            return ToolResult(f"Unknown MCP tool '{qualified_name}'. Known: {known}", True)
+        return await server.call(original, arguments)
+
+    async def _handle(self, qualified_name: str, arguments: dict[str, Any], ctx: Any) -> ToolResult:
+        """The registry handler for every MCP tool."""
+        return await self.call(qualified_name, arguments)

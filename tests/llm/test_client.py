@@ -1,0 +1,409 @@
+"""LLMClient against the scripted OpenAI-compatible server (real HTTP on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import socket
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from luna import observe
+from luna.config import Config
+from luna.errors import LLMError, LLMUnreachableError
+from luna.llm.client import LLMClient, normalize_messages
+from luna.llm.markup import StreamFilter, clean_reply
+from luna.messages import ToolCall
+from tests.fakes.llm_server import FakeLLMServer, Reply
+
+USER = [{"role": "user", "content": "hi"}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "Read a file.",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "limit": {"type": "integer"}},
+                "required": ["path"],
+            },
+        },
+    }
+]
+
+
+@pytest.fixture
+async def client(luna_config: Callable[..., Config]) -> AsyncIterator[LLMClient]:
+    c = LLMClient(luna_config().llm)
+    yield c
+    await c.close()
+
+
+class Collector:
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.reasoning: list[str] = []
+
+    async def on_text(self, t: str) -> None:
+        self.text.append(t)
+
+    async def on_reasoning(self, t: str) -> None:
+        self.reasoning.append(t)
+
+
+async def _stream(client: LLMClient, messages=USER, tools=None) -> tuple:
+    col = Collector()
+    resp = await client.stream(messages, tools, on_text=col.on_text, on_reasoning=col.on_reasoning)
+    return resp, col
+
+
+async def test_llm_chat_returns_content_usage_and_sends_params(
+    client: LLMClient, llm_server: FakeLLMServer
+) -> None:
+    llm_server.script(
+        Reply(
+            content="hello there",
+            usage={
+                "prompt_tokens": 12,
+                "completion_tokens": 3,
+                "total_tokens": 15,
+                "prompt_tokens_details": {"cached_tokens": 8},
+            },
+        )
+    )
+    resp = await client.chat(
+        USER,
+        temperature=0.1,
+        max_tokens=33,
+        response_format={"type": "json_object"},
+    )
+    assert resp.content == "hello there"
+    assert resp.finish_reason == "stop"
+    assert resp.usage is not None
+    assert (resp.usage.prompt_tokens, resp.usage.completion_tokens) == (12, 3)
+    assert resp.usage.cached_tokens == 8
+    assert resp.latency_s > 0
+    sent = llm_server.requests[0]
+    assert sent["temperature"] == 0.1 and sent["max_tokens"] == 33
+    assert sent["response_format"] == {"type": "json_object"}
+    assert "tools" not in sent
+
+
+async def test_llm_stream_delivers_text_and_reasoning_deltas(
+    client: LLMClient, llm_server: FakeLLMServer
+) -> None:
+    llm_server.script(Reply(content="The answer is 42.", reasoning="let me think", chunk_size=3))
+    resp, col = await _stream(client)
+    assert resp.content == "The answer is 42."
+    assert resp.reasoning == "let me think"
+    assert len(col.text) > 1 and "".join(col.text) == "The answer is 42."
+    assert "".join(col.reasoning) == "let me think"
+    assert resp.usage is not None and resp.usage.prompt_tokens > 0
+    assert llm_server.requests[0]["stream_options"] == {"include_usage": True}
+
+
+async def test_llm_stream_assembles_tool_call_deltas_by_index(
+    client: LLMClient, llm_server: FakeLLMServer
+) -> None:
+    llm_server.script(
+        Reply(
+            tool_calls=[
+                {"name": "read_file", "arguments": '{"path": "/tmp/a.txt"}', "id": "c1"},
+                {"name": "read_file", "arguments": '{"path": "/tmp/b.txt", "limit": 5}'},
+            ],
+            chunk_size=2,
+        )
+    )
+    resp, col = await _stream(client, tools=TOOLS)
+    assert resp.finish_reason == "tool_calls"
+    assert [tc.name for tc in resp.tool_calls] == ["read_file", "read_file"]
+    assert resp.tool_calls[0].id == "c1"
+    assert json.loads(resp.tool_calls[1].arguments) == {"path": "/tmp/b.txt", "limit": 5}
+    assert resp.content == "" and col.text == []
+    assert llm_server.requests[0]["tools"] == TOOLS
+
+
+async def test_llm_reasoning_fallback_when_content_empty(
+    client: LLMClient, llm_server: FakeLLMServer
+) -> None:
+    llm_server.script(Reply(content="", reasoning="<think>Paris is the capital.</think>"))
+    resp = await client.chat(USER)
+    assert resp.content == "Paris is the capital."
+    llm_server.script(Reply(content="", reasoning="Only reasoning here."))
+    resp, col = await _stream(client)
+    assert resp.content == "Only reasoning here."
+    assert "".join(col.text) == "Only reasoning here."
+
+
+@pytest.mark.parametrize(
+    "raw, content, reasoning",
+    [
+        ("<think>plan</think>\n\nHello!", "Hello!", "plan"),
+        ("<think>unclosed and cut off", "", "unclosed and cut off"),
+        ("template opened it</think>Hi.", "Hi.", "template opened it"),
+        ("Answer<|im_end|>", "Answer", ""),
+    ],
+)
+async def test_llm_strips_leaked_think_markup(
+    client: LLMClient, llm_server: FakeLLMServer, raw: str, content: str, reasoning: str
+) -> None:
+    llm_server.script(Reply(content=raw), Reply(content=raw, chunk_size=2))
+    resp = await client.chat(USER)
+    expected = content or reasoning  # empty content falls back to the reasoning
+    assert resp.content == expected
+    assert resp.reasoning == reasoning
+    streamed, col = await _stream(client)
+    assert streamed.content == expected
+    shown = "".join(col.text)
+    assert "<think>" not in shown and "</think>" not in shown and "<|" not in shown
+    if raw.startswith("<think>"):
+        assert shown.strip() == expected
+
+
+async def test_llm_recovers_hermes_tool_call_from_text(
+    client: LLMClient, llm_server: FakeLLMServer
+) -> None:
+    text = (
+        'Let me look.\n<tool_call>\n{"name": "read_file", "arguments": {"path": "/etc/hosts"}}'
+        "\n</tool_call>"
+    )
+    llm_server.script(Reply(content=text), Reply(content=text, chunk_size=3))
+    resp = await client.chat(USER, TOOLS)
+    assert resp.content == "Let me look."
+    assert [(tc.name, json.loads(tc.arguments)) for tc in resp.tool_calls] == [
+        ("read_file", {"path": "/etc/hosts"})
+    ]
+    assert resp.tool_calls[0].id and resp.finish_reason == "tool_calls"
+    streamed, col = await _stream(client, tools=TOOLS)
+    assert "".join(col.text).strip() == "Let me look."
+    assert streamed.tool_calls[0].name == "read_file"
+
+
+async def test_llm_recovers_qwen_xml_tool_call_while_streaming(
+    client: LLMClient, llm_server: FakeLLMServer
+) -> None:
+    text = (
+        "<tool_call>\n<function=read_file>\n<parameter=path>\n/tmp/x 1.txt\n</parameter>\n"
+        "<parameter=limit>\n20\n</parameter>\n</function>\n</tool_call>"
+    )
+    llm_server.script(Reply(content=text, chunk_size=1))
+    resp, col = await _stream(client, tools=TOOLS)
+    assert col.text == []
+    assert resp.content == ""
+    assert len(resp.tool_calls) == 1
+    assert resp.tool_calls[0].name == "read_file"
+    assert json.loads(resp.tool_calls[0].arguments) == {"path": "/tmp/x 1.txt", "limit": 20}
+
+
+async def test_llm_stream_keeps_plain_angle_brackets(
+    client: LLMClient, llm_server: FakeLLMServer
+) -> None:
+    llm_server.script(Reply(content="if a < b and x<t then <b>bold</b>", chunk_size=1))
+    resp, col = await _stream(client)
+    assert "".join(col.text) == resp.content == "if a < b and x<t then <b>bold</b>"
+
+
+async def test_llm_normalization_avoids_server_500s(
+    client: LLMClient, llm_server: FakeLLMServer
+) -> None:
+    messages = [
+        {"role": "system", "content": "You are Luna."},
+        {"role": "user", "content": "read it"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [ToolCall(id="c1", name="read_file", arguments='{"path": "a"}')],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "file text"},
+        {"role": "system", "content": "Summary of earlier talk."},
+        {"role": "user", "content": "thanks"},
+    ]
+    resp = await client.chat(messages)
+    assert resp.content == "ok"
+    sent = llm_server.requests[0]["messages"]
+    assert [m["role"] for m in sent] == ["system", "user", "assistant", "tool", "user"]
+    assert sent[0]["content"] == "You are Luna.\n\nSummary of earlier talk."
+    assert sent[2]["content"] == ""
+    assert sent[2]["tool_calls"] == [
+        {
+            "id": "c1",
+            "type": "function",
+            "function": {"name": "read_file", "arguments": '{"path": "a"}'},
+        }
+    ]
+    assert normalize_messages(messages) == sent
+    # The same messages sent raw are what the server rejects:
+    raw = [dict(m) for m in messages]
+    raw[2]["tool_calls"] = sent[2]["tool_calls"]
+    async with httpx.AsyncClient(timeout=10) as h:
+        r = await h.post(f"{llm_server.url}/chat/completions", json={"messages": raw})
+        assert r.status_code == 500
+        r = await h.post(f"{llm_server.url}/chat/completions", json={"messages": sent})
+        assert r.status_code == 200
+
+
+async def test_llm_retries_500_and_429_then_succeeds(
+    client: LLMClient, llm_server: FakeLLMServer
+) -> None:
+    llm_server.script(Reply(status=500), Reply(status=429), Reply(content="third time"))
+    resp = await client.chat(USER)
+    assert resp.content == "third time"
+    assert len(llm_server.requests) == 3
+    llm_server.script(Reply(status=503), Reply(content="streamed after retry"))
+    resp, col = await _stream(client)
+    assert "".join(col.text) == "streamed after retry"
+
+
+async def test_llm_gives_up_after_max_retries_with_status(
+    client: LLMClient, llm_server: FakeLLMServer
+) -> None:
+    llm_server.script(*[Reply(status=500, error_body={"error": {"message": "boom"}})] * 3)
+    with pytest.raises(LLMError) as info:
+        await client.chat(USER)
+    assert not isinstance(info.value, LLMUnreachableError)
+    assert "HTTP 500" in str(info.value) and "boom" in str(info.value)
+    assert len(llm_server.requests) == 3  # first try + max_retries=2
+
+
+async def test_llm_does_not_retry_400(client: LLMClient, llm_server: FakeLLMServer) -> None:
+    llm_server.script(Reply(status=400), Reply(content="never"))
+    with pytest.raises(LLMError, match="HTTP 400"):
+        await client.chat(USER)
+    assert len(llm_server.requests) == 1
+
+
+async def test_llm_unreachable_endpoint_names_url_and_fix(
+    luna_config: Callable[..., Config],
+) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/v1"
+    client = LLMClient(luna_config({"llm": {"endpoint": url, "max_retries": 1}}).llm)
+    try:
+        for call in (client.chat(USER), client.stream(USER)):
+            with pytest.raises(LLMUnreachableError) as info:
+                await call
+            msg = str(info.value)
+            assert url in msg and "connection refused" in msg and "LLM_ENDPOINT" in msg
+            assert "\n" not in msg
+    finally:
+        await client.close()
+
+
+async def test_llm_read_timeout_is_llm_error(
+    luna_config: Callable[..., Config], llm_server: FakeLLMServer
+) -> None:
+    cfg = luna_config({"llm": {"timeout": 0.3, "max_retries": 0}}).llm
+    client = LLMClient(cfg)
+    llm_server.script(Reply(content="late", delay=2.0))
+    try:
+        with pytest.raises(LLMError, match="did not answer within") as info:
+            await client.chat(USER)
+        assert not isinstance(info.value, LLMUnreachableError)
+    finally:
+        await client.close()
+
+
+async def test_llm_probes_models_and_props(
+    client: LLMClient, llm_server: FakeLLMServer, luna_config: Callable[..., Config]
+) -> None:
+    assert await client.list_models() == [llm_server.model]
+    props = await client.server_props()
+    assert props is not None and props["default_generation_settings"]["n_ctx"] == 8192
+    with FakeLLMServer(props=False) as bare:
+        other = LLMClient(dataclasses.replace(luna_config().llm, endpoint=bare.url))
+        try:
+            assert await other.server_props() is None
+        finally:
+            await other.close()
+
+
+async def test_llm_sends_api_key_only_as_bearer(
+    luna_config: Callable[..., Config], llm_server: FakeLLMServer
+) -> None:
+    cfg = luna_config(env={"LLM_API_KEY": "sekrit-key-123"}).llm
+    client = LLMClient(cfg)
+    try:
+        await client.chat(USER)
+    finally:
+        await client.close()
+    assert "sekrit-key-123" not in json.dumps(llm_server.requests)
+    assert llm_server.headers[0].get("authorization") == "Bearer sekrit-key-123"
+
+
+def test_llm_markup_stream_filter_matches_clean_reply() -> None:
+    raw = '<think>a</think>Hello <world> <tool_call>{"name": "f", "arguments": {}}</tool_call>'
+    f = StreamFilter()
+    shown = "".join(f.feed(ch)[0] for ch in raw) + f.flush()[0]
+    content, reasoning, calls, _ = clean_reply(raw, "")
+    assert shown.strip() == content == "Hello <world>"
+    assert reasoning == "a" and [c.name for c in calls] == ["f"]
+
+
+async def test_llm_stream_cut_short_is_llm_error(
+    client: LLMClient, llm_server: FakeLLMServer
+) -> None:
+    llm_server.script(
+        Reply(tool_calls=[{"name": "read_file", "arguments": '{"path": "/x"}'}], abort_after=3)
+    )
+    with pytest.raises(LLMError, match="ended before the reply was complete"):
+        await _stream(client, tools=TOOLS)
+
+
+async def test_llm_stream_read_timeout_mid_stream(
+    luna_config: Callable[..., Config], llm_server: FakeLLMServer
+) -> None:
+    client = LLMClient(luna_config({"llm": {"timeout": 0.3, "max_retries": 0}}).llm)
+    llm_server.script(Reply(content="slow words here", chunk_size=5, chunk_delay=1.0))
+    col = Collector()
+    try:
+        with pytest.raises(LLMError, match="did not answer within"):
+            await client.stream(USER, on_text=col.on_text)
+    finally:
+        await client.close()
+    assert "slow words here".startswith("".join(col.text))
+
+
+async def test_llm_stream_cancel_propagates(client: LLMClient, llm_server: FakeLLMServer) -> None:
+    llm_server.script(Reply(content="x" * 40, chunk_size=1, chunk_delay=0.05))
+    first = asyncio.Event()
+
+    async def on_text(text: str) -> None:
+        first.set()
+
+    task = asyncio.create_task(client.stream(USER, on_text=on_text))
+    await first.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    llm_server.script(Reply(content="still usable"))
+    assert (await client.chat(USER)).content == "still usable"
+
+
+async def test_llm_logs_llm_call_event(
+    client: LLMClient, llm_server: FakeLLMServer, tmp_path: Path
+) -> None:
+    observe.setup(tmp_path / "logs", console=False)
+    try:
+        await client.chat(USER)
+        llm_server.script(Reply(status=400))
+        with pytest.raises(LLMError):
+            await client.stream(USER)
+    finally:
+        observe.shutdown()
+    lines = [
+        json.loads(line)
+        for f in (tmp_path / "logs").glob("luna-*.jsonl")
+        for line in f.read_text().splitlines()
+    ]
+    calls = [e for e in lines if e["event"] == "llm_call"]
+    assert len(calls) == 2
+    assert calls[0]["stream"] is False and calls[0]["prompt_tokens"] > 0 and not calls[0]["error"]
+    assert calls[1]["stream"] is True and "HTTP 400" in calls[1]["error"]
+    assert all(c["latency_ms"] >= 0 for c in calls)

@@ -1,0 +1,119 @@
+"""End-to-end against the REAL llama.cpp server (llama-cpp-python) running Gemma 3 270M.
+
+The server is started once per module. Prompts are tiny and max_tokens small. Nothing here
+skips: a missing llama-cpp-python or model package fails with the install command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import shutil
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import pytest_asyncio
+
+from luna.config import Config, build_config
+from luna.llm import LLMClient
+from luna.llm.embedded import MODEL_ALIAS, EmbeddedModel, endpoint_alive
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+PROMPT = [{"role": "user", "content": "Complete the list: one, two, three,"}]
+
+
+@pytest.fixture(scope="module")
+def embedded_cfg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Config]:
+    base = tmp_path_factory.mktemp("embedded")
+    data = {
+        "memory": {"db_path": str(base / "data" / "luna.db")},
+        "observe": {"log_dir": str(base / "data" / "logs"), "console": False},
+        "llm": {"max_retries": 0, "timeout": 120.0},
+    }
+    yield build_config(data, {}, base_dir=base)
+    shutil.rmtree(base / "data" / "models", ignore_errors=True)  # 253 MB
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def embedded(embedded_cfg: Config) -> AsyncIterator[EmbeddedModel]:
+    model = EmbeddedModel(embedded_cfg, port=0)
+    await model.start()
+    yield model
+    await model.stop()
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def client(embedded: EmbeddedModel, embedded_cfg: Config) -> AsyncIterator[LLMClient]:
+    cfg = dataclasses.replace(embedded.llm_config(embedded_cfg.llm), max_tokens=8)
+    assert cfg.endpoint == embedded.endpoint and cfg.model == MODEL_ALIAS
+    c = LLMClient(cfg)
+    yield c
+    await c.close()
+
+
+async def test_embedded_chat_reports_usage(client: LLMClient) -> None:
+    resp = await client.chat(PROMPT, temperature=0.0)
+    assert isinstance(resp.content, str) and resp.content
+    assert resp.finish_reason in ("length", "stop")
+    assert resp.usage is not None
+    assert resp.usage.prompt_tokens > 5
+    assert 0 < resp.usage.completion_tokens <= 8
+    assert resp.usage.total_tokens == resp.usage.prompt_tokens + resp.usage.completion_tokens
+
+
+async def test_embedded_stream_delivers_deltas(client: LLMClient) -> None:
+    pieces: list[str] = []
+
+    async def on_text(text: str) -> None:
+        pieces.append(text)
+
+    resp = await client.stream(PROMPT, temperature=0.0, max_tokens=6, on_text=on_text)
+    assert len(pieces) >= 2, pieces  # really streamed, token by token
+    assert "".join(pieces).strip() == resp.content
+    assert resp.finish_reason in ("length", "stop")
+
+
+async def test_embedded_server_rejects_null_content_but_client_normalizes(
+    embedded: EmbeddedModel, client: LLMClient
+) -> None:
+    messages = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": None},
+        {"role": "user", "content": "Say one word."},
+    ]
+    async with httpx.AsyncClient(timeout=60) as h:
+        r = await h.post(
+            f"{embedded.endpoint}/chat/completions", json={"messages": messages, "max_tokens": 2}
+        )
+    assert r.status_code == 500  # the real server's answer to content: null
+    assert "error" in r.json()
+    resp = await client.chat(messages, max_tokens=2)
+    assert resp.usage is not None and resp.usage.completion_tokens > 0
+
+
+async def test_embedded_probes(embedded: EmbeddedModel, client: LLMClient) -> None:
+    assert await client.list_models() == [MODEL_ALIAS]
+    assert await client.server_props() is None  # llama-cpp-python has no llama.cpp /props
+    assert await endpoint_alive(embedded.endpoint)
+
+
+async def test_embedded_stop_leaves_no_process_and_reuses_model(
+    embedded_cfg: Config, embedded: EmbeddedModel
+) -> None:
+    gguf = next((embedded_cfg.data_dir / "models").glob("*.gguf"))
+    before = gguf.stat().st_mtime_ns
+    second = EmbeddedModel(embedded_cfg, port=0)
+    url = await second.start()
+    pid = second.pid
+    assert pid is not None and url != embedded.endpoint
+    assert gguf.stat().st_mtime_ns == before  # verified file reused, not rewritten
+    await second.stop()
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pid, 0)
+    assert not await endpoint_alive(url, timeout=1.0)
+    log = await asyncio.to_thread(Path(second.log_path).read_text, errors="replace")
+    assert "Uvicorn running" in log or "Application startup complete" in log
