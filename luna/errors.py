@@ -15,6 +15,11 @@ Dependencies' exceptions are translated once, where the dependency is owned, wit
 ``raise ... from``.
 """
 
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
 
 class LunaError(Exception):
     """Base of every error Luna raises deliberately."""
@@ -42,3 +47,14 @@ class MCPError(LunaError):
 
 class MemoryStoreError(LunaError):
     """The session log / memory database or the embedding model failed."""
+
+
+def did_you_mean(word: str, choices: Iterable[str], *, n: int = 1, cutoff: float = 0.6) -> str:
+    """``" (did you mean 'x'?)"`` for the closest of ``choices``, or ``""`` when none is close.
+
+    The one place Luna phrases a suggestion, for config keys, tool names and MCP entries alike.
+    """
+    close = difflib.get_close_matches(word, list(choices), n=n, cutoff=cutoff)
+    if not close:
+        return ""
+    return " (did you mean " + ", ".join(f"'{c}'" for c in close) + "?)"

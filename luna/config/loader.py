@@ -21,9 +21,13 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from luna.errors import ConfigError
+
+# Who may run a tool: freely, after the owner approves, or never. The one definition.
+PermissionLevel = Literal["allow", "ask", "deny"]
+PERMISSION_LEVELS: tuple[PermissionLevel, ...] = ("allow", "ask", "deny")
 
 DEFAULT_ENDPOINT = "http://localhost:8001/v1"
 DEFAULT_MODEL = "qwen3.5-35b-a3b"
