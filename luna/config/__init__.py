@@ -1,13 +1,26 @@
-"""Configuration: frozen models loaded once from config.toml plus the environment.
+"""Configuration: frozen models (``schema``) loaded once from config.toml plus the environment
+(``loader``), and the ``config show/set`` commands (``cli``).
 
-Imports only ``luna.errors``: every other package may import this one.
+Imports only ``luna.errors`` and pydantic: every other package may import this one.
 """
 
 from luna.config.loader import (
+    ENV_OVERRIDES,
+    bounds_of,
+    build_config,
+    default_config_path,
+    effective_items,
+    field_types,
+    is_llm_endpoint_explicit,
+    load_config,
+    mask_secret,
+    read_toml,
+    secret_values,
+)
+from luna.config.schema import (
     DEFAULT_ENDPOINT,
     DEFAULT_MODEL,
     DEFAULT_SYSTEM_PROMPT,
-    ENV_OVERRIDES,
     PERMISSION_LEVELS,
     SECRET_KEYS,
     SECTIONS,
@@ -20,23 +33,14 @@ from luna.config.loader import (
     ObserveConfig,
     PermissionLevel,
     ToolsConfig,
-    build_config,
-    default_config_path,
-    effective_items,
-    field_types,
-    is_llm_endpoint_explicit,
-    load_config,
-    mask_secret,
-    read_toml,
-    secret_values,
 )
 
 __all__ = [
     "DEFAULT_ENDPOINT",
     "DEFAULT_MODEL",
     "DEFAULT_SYSTEM_PROMPT",
-    "PERMISSION_LEVELS",
     "ENV_OVERRIDES",
+    "PERMISSION_LEVELS",
     "SECRET_KEYS",
     "SECTIONS",
     "AgentConfig",
@@ -45,9 +49,10 @@ __all__ = [
     "LLMConfig",
     "MCPConfig",
     "MemoryConfig",
-    "PermissionLevel",
     "ObserveConfig",
+    "PermissionLevel",
     "ToolsConfig",
+    "bounds_of",
     "build_config",
     "default_config_path",
     "effective_items",

@@ -1,29 +1,33 @@
 """``luna config show`` and ``luna config set KEY VALUE``.
 
-Invariants: ``set`` validates the whole resulting configuration before writing; the previous
-file is kept as ``config.toml.bak``; secrets are never written to the file nor printed.
+Invariants:
+- ``set`` validates the whole resulting configuration (bounds included) before writing, and
+  writes atomically.
+- ``set`` edits the file with tomlkit: every comment, blank line and key order survives, so the
+  documentation in config.toml is never lost.
+- Each ``set`` keeps the previous file as ``config.toml.bak.<timestamp>``; the oldest backup (the
+  file as it was before the first ``set``) is never pruned, the newest ``KEEP_BACKUPS`` are kept.
+- Secrets are never written to the file nor printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
+import os
 import shutil
-import sys
+from pathlib import Path
+from typing import Any
 
-import tomli_w
+import tomlkit
+from tomlkit.exceptions import TOMLKitError
 
-from luna.config import (
-    SECRET_KEYS,
-    SECTIONS,
-    Config,
-    build_config,
-    default_config_path,
-    effective_items,
-    field_types,
-    read_toml,
-)
-from luna.errors import ConfigError
+from luna.config.loader import build_config, default_config_path, effective_items, field_types
+from luna.config.schema import SECRET_KEYS, SECTIONS, Config
+from luna.errors import ConfigError, did_you_mean
+
+KEEP_BACKUPS = 10
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -34,7 +38,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     show.set_defaults(handler=show_config)
     set_ = sub.add_parser(
         "set",
-        help="validate and write one setting to config.toml (keeps config.toml.bak)",
+        help="validate and write one setting to config.toml (comments are kept; so is a backup)",
         description="Example: luna config set llm.endpoint http://127.0.0.1:8001/v1",
     )
     set_.add_argument("key", help="section.key, e.g. agent.max_rounds")
@@ -55,38 +59,73 @@ async def show_config(args: argparse.Namespace, cfg: Config) -> int:
     return 0
 
 
-def _parse_value(raw: str) -> object:
-    """Accept JSON for lists/tables/numbers; fall back to the plain string."""
+def parse_value(section: str, name: str, raw: str) -> Any:
+    """The TOML value for ``raw``: JSON for lists, tables and numbers; strings stay strings."""
+    if field_types(section).get(name) in (str, Path):
+        return raw
     try:
         return json.loads(raw)
     except json.JSONDecodeError:
         return raw
 
 
-async def set_config(args: argparse.Namespace, cfg: Config) -> int:
-    key: str = args.key
+def _check_key(key: str) -> tuple[str, str]:
     if key in SECRET_KEYS:
         raise ConfigError(
             f"config: {key} is a secret; set {SECRET_KEYS[key]} in the environment instead"
         )
     section, _, name = key.partition(".")
     if section not in SECTIONS or not name:
-        raise ConfigError(f"config: KEY must look like section.key, got {key!r}")
-    path = cfg.path or default_config_path()
-    data = read_toml(path) if path.exists() else {}
-    value = _parse_value(args.value)
-    if field_types(section).get(name) is str and not isinstance(value, str):
-        value = args.value
-    data.setdefault(section, {})[name] = value
+        hint = did_you_mean(section, SECTIONS)
+        raise ConfigError(f"config: KEY must look like section.key, got {key!r}{hint}")
+    if name not in SECTIONS[section].model_fields:
+        hint = did_you_mean(name, SECTIONS[section].model_fields)
+        raise ConfigError(f"config: unknown key {key}{hint}")
+    return section, name
+
+
+def set_value(path: Path, key: str, raw: str) -> tuple[Any, Path | None]:
+    """Validate and write one key; returns (value written, backup file or None)."""
+    section, name = _check_key(key)
+    try:
+        text = path.read_text(encoding="utf-8") if path.exists() else ""
+        doc = tomlkit.parse(text)
+    except (TOMLKitError, UnicodeDecodeError) as e:
+        raise ConfigError(f"config: {path} cannot be edited: {e}") from None
+    except OSError as e:
+        raise ConfigError(f"config: cannot read {path}: {e.strerror}") from None
+    value = parse_value(section, name, raw)
+    table = doc.get(section)
+    if table is None:
+        table = tomlkit.table()
+        doc[section] = table
+    table[name] = value
     # Validate the whole document as it will be written (raises ConfigError with the key).
-    build_config(data, {}, base_dir=path.resolve().parent)
-    if path.exists():
-        shutil.copy2(path, path.with_name(path.name + ".bak"))
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(tomli_w.dumps(data).encode())
-    tmp.replace(path)
-    print(f"{key} = {value!r} written to {path}", file=sys.stdout)
-    if path.with_name(path.name + ".bak").exists():
-        print(f"previous file kept as {path.name}.bak")
-    print("note: comments in config.toml are not preserved by `config set`.")
+    build_config(doc.unwrap(), {}, base_dir=path.resolve().parent)
+    backup = _backup(path) if path.exists() else None
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(tomlkit.dumps(doc), encoding="utf-8")
+    os.replace(tmp, path)
+    return value, backup
+
+
+def _backup(path: Path) -> Path:
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+    backup = path.with_name(f"{path.name}.bak.{stamp}")
+    shutil.copy2(path, backup)
+    older = sorted(path.parent.glob(f"{path.name}.bak.*"))
+    for stale in older[1:-KEEP_BACKUPS]:  # keep the first (the original) and the newest few
+        stale.unlink(missing_ok=True)
+    return backup
+
+
+async def set_config(args: argparse.Namespace, cfg: Config) -> int:
+    path = cfg.path or default_config_path()
+    value, backup = set_value(path, args.key, args.value)
+    print(f"{args.key} = {value!r} written to {path}")
+    if backup is not None:
+        print(f"previous file kept as {backup.name}")
     return 0
+
+
+__all__ = ["add_parser", "parse_value", "set_value", "show_config"]

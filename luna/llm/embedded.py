@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import os
 import signal
@@ -134,12 +133,13 @@ class EmbeddedModel:
 
     def llm_config(self, base: LLMConfig) -> LLMConfig:
         """``base`` pointed at this server, with limits that suit the tiny model."""
-        return dataclasses.replace(
-            base,
-            endpoint=self.endpoint,
-            model=MODEL_ALIAS,
-            max_tokens=min(base.max_tokens, DEMO_MAX_TOKENS),
-            context_tokens=self.n_ctx,
+        return base.model_copy(
+            update={
+                "endpoint": self.endpoint,
+                "model": MODEL_ALIAS,
+                "max_tokens": min(base.max_tokens, DEMO_MAX_TOKENS),
+                "context_tokens": self.n_ctx,
+            }
         )
 
     @property

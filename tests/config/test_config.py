@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import subprocess
 import sys
@@ -29,17 +28,24 @@ def run_luna(
     )
 
 
+# Keys the shipped config.toml documents but leaves commented out, because setting them
+# changes behaviour: an endpoint set in the file is one the user chose (never replaced by the
+# demo model), and the system prompt is long.
+COMMENTED_OUT = {"llm.endpoint", "agent.system_prompt"}
+
+
 def test_config_toml_documents_every_key_with_its_default() -> None:
     data = tomllib.loads((REPO / "config.toml").read_text())
     text = (REPO / "config.toml").read_text()
     for section, cls in SECTIONS.items():
-        for f in dataclasses.fields(cls):
-            if f"{section}.{f.name}" in ("llm.api_key", "discord.token"):
+        for name in cls.model_fields:
+            if f"{section}.{name}" in ("llm.api_key", "discord.token"):
                 continue
-            assert f.name in text, f"config.toml does not mention {section}.{f.name}"
-            if f.name == "system_prompt":
+            assert f"{name} =" in text, f"config.toml does not document {section}.{name}"
+            if f"{section}.{name}" in COMMENTED_OUT:
+                assert name not in data[section], f"{section}.{name} should stay commented out"
                 continue
-            assert f.name in data[section], f"{section}.{f.name} missing from config.toml"
+            assert name in data[section], f"{section}.{name} missing from config.toml"
     repo_cfg = build_config(data, {}, base_dir=REPO)
     default_cfg = build_config({}, {}, base_dir=REPO)
     for section in SECTIONS:
@@ -54,9 +60,9 @@ def test_config_unknown_key_suggests_close_match(tmp_path: Path) -> None:
 
 
 def test_config_wrong_type_names_key_type_and_value(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"agent\.max_rounds must be a int, got 'many'"):
+    with pytest.raises(ConfigError, match=r"agent\.max_rounds must be an integer, got 'many'"):
         build_config({"agent": {"max_rounds": "many"}}, {}, base_dir=tmp_path)
-    with pytest.raises(ConfigError, match=r"discord\.allowed_users\[1\] must be a int"):
+    with pytest.raises(ConfigError, match=r"discord\.allowed_users\[1\] must be an integer"):
         build_config({"discord": {"allowed_users": [1, "x"]}}, {}, base_dir=tmp_path)
 
 
@@ -143,7 +149,8 @@ def test_cli_config_set_validates_and_keeps_backup(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     data = tomllib.loads(path.read_text())
     assert data == {"agent": {"max_rounds": 7}, "llm": {"temperature": 0.2}}
-    assert tomllib.loads((tmp_path / "config.toml.bak").read_text()) == {"agent": {"max_rounds": 7}}
+    (backup,) = tmp_path.glob("config.toml.bak.*")
+    assert tomllib.loads(backup.read_text()) == {"agent": {"max_rounds": 7}}
     bad = run_luna("config", "set", "agent.max_rounds", "soon", cwd=tmp_path)
     assert bad.returncode == 2 and "agent.max_rounds" in bad.stderr
     assert tomllib.loads(path.read_text())["agent"]["max_rounds"] == 7  # unchanged
@@ -174,3 +181,52 @@ def test_cli_unreadable_config_and_unusable_workspace_are_one_line(tmp_path: Pat
     proc = run_luna("repl", cwd=tmp_path, env={"LUNA_WORKSPACE": "/proc/luna-cannot-create-this"})
     assert proc.returncode == 1, proc.stderr
     assert proc.stderr.startswith("luna: ") and proc.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"agent": {"turn_timeout": 0}}, r"agent\.turn_timeout is out of range \(allowed: 1 ≤ x"),
+        ({"memory": {"embedding_dim": 0}}, r"memory\.embedding_dim is out of range .*8 ≤ x ≤ 8192"),
+        ({"tools": {"bash_timeout": float("inf")}}, r"tools\.bash_timeout must be a finite number"),
+        ({"llm": {"timeout": float("nan")}}, r"llm\.timeout must be a finite number"),
+        ({"llm": {"temperature": -1}}, r"llm\.temperature is out of range \(allowed: 0 ≤ x ≤ 2\)"),
+        ({"tools": {"bash_timeout": 500}}, r"bash_timeout \(500\) must not exceed"),
+        ({"tools": {"permissions": {"bash": "maybe"}}}, r"tools\.permissions\.bash must be one of"),
+        ({"memory": {"db_path": " "}}, r"memory\.db_path must not be empty"),
+    ],
+)
+def test_config_values_that_would_break_luna_are_refused(
+    tmp_path: Path, data: dict, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        build_config(data, {}, base_dir=tmp_path)
+
+
+def test_every_numeric_key_has_bounds() -> None:
+    from luna.config import bounds_of
+
+    for section, cls in SECTIONS.items():
+        for name, field in cls.model_fields.items():
+            if field.annotation in (int, float):
+                assert bounds_of(section, name), f"{section}.{name} has no bounds"
+
+
+def test_cli_config_set_keeps_comments_order_and_dated_backups(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    original = (
+        "# my notes\n[agent]\n# rounds per turn\nmax_rounds = 7\n\n[llm]\n# t\ntemperature = 0.5\n"
+    )
+    path.write_text(original)
+    first = run_luna("config", "set", "llm.temperature", "0.2", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    second = run_luna("config", "set", "agent.max_rounds", "9", cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    text = path.read_text()
+    assert text == original.replace("0.5", "0.2").replace("= 7", "= 9")  # comments survive
+    backups = sorted(tmp_path.glob("config.toml.bak.*"))
+    assert len(backups) == 2 and backups[0].read_text() == original  # the original is kept
+    refused = run_luna("config", "set", "agent.turn_timeout", "0", cwd=tmp_path)
+    assert refused.returncode == 2 and "1 ≤ x ≤ 86400" in refused.stderr
+    assert path.read_text() == text  # a refused value changes nothing
+    assert len(list(tmp_path.glob("config.toml.bak.*"))) == 2

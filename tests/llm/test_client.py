@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import socket
 from collections.abc import AsyncIterator, Callable
@@ -317,7 +316,7 @@ async def test_llm_probes_models_and_props(
     props = await client.server_props()
     assert props is not None and props["default_generation_settings"]["n_ctx"] == 8192
     with FakeLLMServer(props=False) as bare:
-        other = LLMClient(dataclasses.replace(luna_config().llm, endpoint=bare.url))
+        other = LLMClient(luna_config().llm.model_copy(update=dict(endpoint=bare.url)))
         try:
             assert await other.server_props() is None
         finally:

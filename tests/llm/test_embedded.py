@@ -7,7 +7,6 @@ skips: a missing llama-cpp-python or model package fails with the install comman
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 import shutil
 from collections.abc import AsyncIterator, Iterator
@@ -48,7 +47,7 @@ async def embedded(embedded_cfg: Config) -> AsyncIterator[EmbeddedModel]:
 
 @pytest_asyncio.fixture(loop_scope="module")
 async def client(embedded: EmbeddedModel, embedded_cfg: Config) -> AsyncIterator[LLMClient]:
-    cfg = dataclasses.replace(embedded.llm_config(embedded_cfg.llm), max_tokens=8)
+    cfg = embedded.llm_config(embedded_cfg.llm).model_copy(update=dict(max_tokens=8))
     assert cfg.endpoint == embedded.endpoint and cfg.model == MODEL_ALIAS
     c = LLMClient(cfg)
     yield c

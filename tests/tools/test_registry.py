@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import logging
 from typing import Any, Literal
@@ -331,7 +330,8 @@ async def test_registry_tool_timeout_is_error_result(tools_config, make_ctx) -> 
 
 async def test_registry_scrubs_secret_values_from_outputs(tools_config, make_ctx) -> None:
     cfg = tools_config()
-    cfg = dataclasses.replace(cfg, discord=dataclasses.replace(cfg.discord, token="tok-XYZ-123"))
+    discord = cfg.discord.model_copy(update={"token": "tok-XYZ-123"})
+    cfg = cfg.model_copy(update={"discord": discord})
     reg = ToolRegistry(cfg)
 
     @reg.tool(level="allow")

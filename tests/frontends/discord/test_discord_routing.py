@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 
 from luna.config import DiscordConfig
 from luna.frontends.discord.pipeline import Batch, Incoming, SessionPipeline
@@ -38,7 +37,7 @@ def test_routing_ignores_bots_and_itself():
 def test_routing_session_ids_and_scopes():
     dm = decide(facts(is_dm=True, guild_id=None, mentions_bot=False), CFG)
     assert (dm.session_id, dm.scope, dm.allow_tools) == (f"dm-{OWNER}", "owner", True)
-    no_threads = dataclasses.replace(CFG, reply_in_threads=False)
+    no_threads = CFG.model_copy(update=dict(reply_in_threads=False))
     ch = decide(facts(author_id=FRIEND, content=f"<@{BOT}> yo"), no_threads)
     assert (ch.session_id, ch.scope, ch.text) == (f"ch-10-{FRIEND}", f"user:{FRIEND}", "yo")
     opened = decide(facts(), CFG)
@@ -57,11 +56,11 @@ def test_routing_channel_needs_mention():
 
 
 def test_routing_allowlists():
-    guilds = dataclasses.replace(CFG, allowed_guilds=[2])
+    guilds = CFG.model_copy(update=dict(allowed_guilds=[2]))
     assert decide(facts(guild_id=1), guilds) is None
     assert decide(facts(guild_id=2), guilds) is not None
     assert decide(facts(is_dm=True, guild_id=None), guilds) is not None  # DMs have no guild
-    channels = dataclasses.replace(CFG, allowed_channels=[10])
+    channels = CFG.model_copy(update=dict(allowed_channels=[10]))
     assert decide(facts(channel_id=11), channels) is None
     assert decide(facts(channel_id=10), channels) is not None
     in_thread = facts(channel_id=77, thread_parent_id=10, known_thread=True)
@@ -70,7 +69,7 @@ def test_routing_allowlists():
 
 def test_routing_strangers():
     assert decide(facts(author_id=STRANGER), CFG) is None
-    chatty = dataclasses.replace(CFG, strangers_can_chat=True)
+    chatty = CFG.model_copy(update=dict(strangers_can_chat=True))
     r = decide(facts(author_id=STRANGER), chatty)
     assert r is not None and not r.allow_tools and r.scope == f"user:{STRANGER}"
     nobody = DiscordConfig()  # no owner configured: nobody is trusted
