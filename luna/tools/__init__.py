@@ -11,14 +11,9 @@ import logging
 
 from luna.config import Config
 from luna.tools.builtin import catalog, files, papers, shell, subagents, web
-from luna.tools.registry import (
-    SubAgentRunner,
-    ToolContext,
-    ToolInfo,
-    ToolRegistry,
-    wrap_untrusted,
-)
+from luna.tools.registry import SubAgentRunner, ToolContext, ToolInfo, ToolRegistry
 from luna.tools.sandbox import sandbox_status, tool_env
+from luna.tools.untrusted import wrap_untrusted
 
 log = logging.getLogger(__name__)
 

@@ -14,6 +14,8 @@ Invariants:
 - Never raises for a bad output or a failing LLM (CancelledError excepted); the shaped text is
   at most about ``passthrough_bytes`` plus the footer.
 - Memory stays linear in the input (one lower-case copy), never a list of all lines.
+- Text sent to the LLM for extraction is wrapped by :func:`luna.tools.untrusted.wrap_untrusted`,
+  so tags inside it are defused.
 - File work (save, prune) runs in a thread; pruning removes files older than
   ``tools.outputs_max_age_days`` and then the oldest until the folder is under
   ``tools.outputs_max_mb``.
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from luna.config import Config
+from luna.tools.untrusted import wrap_untrusted
 
 log = logging.getLogger(__name__)
 
@@ -225,7 +228,7 @@ async def _llm_extract(llm: Any, text: str, user_request: str, tool: str, budget
             "role": "user",
             "content": (
                 f"User request: {user_request or '(none)'}\n\nOutput of `{tool}`:\n"
-                f"<untrusted>\n{excerpt}\n</untrusted>"
+                + wrap_untrusted(excerpt, tool)
             ),
         },
     ]

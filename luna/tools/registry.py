@@ -11,8 +11,8 @@ Invariants:
   an error ``ToolResult`` written for the model (bugs also log a traceback for the operator).
 - Arguments are validated against the tool's JSON schema before the handler runs.
 - Configured secret values (``secret_values(cfg)``) are replaced by ``***`` in every output.
-- Every output a tool produced goes through :func:`luna.tool_output.shape_output` and is wrapped
-  in ``<untrusted source="...">`` tags; the registry's own messages are not wrapped.
+- Every output a tool produced goes through :func:`luna.tools.output.shape_output` and is
+  wrapped by :func:`luna.tools.untrusted.wrap_untrusted`; the registry's own messages are not.
 - ``specs()`` order is stable: native tools in registration order, then the rest by name.
 """
 
@@ -40,6 +40,7 @@ from luna.errors import ToolError
 from luna.messages import Approver, Frontend, ToolCall, ToolResult
 from luna.tools.output import shape_output
 from luna.tools.permissions import Level, resolve_level
+from luna.tools.untrusted import wrap_untrusted
 
 log = logging.getLogger(__name__)
 
@@ -325,16 +326,6 @@ def usage_hint(info: ToolInfo) -> str:
         kind = p.get("type", "any")
         parts.append(f"{pname}: {kind}{'' if pname in required else ' (optional)'}")
     return "Expected a JSON object {" + ", ".join(parts) + "}"
-
-
-_CLOSE_TAG = re.compile(r"</?\s*untrusted", re.IGNORECASE)
-
-
-def wrap_untrusted(text: str, source: str) -> str:
-    """Mark text as data from a tool; tags inside the text are defused."""
-    safe_source = re.sub(r"[^A-Za-z0-9_.:-]", "_", source)
-    body = _CLOSE_TAG.sub(lambda m: m.group(0).replace("<", "&lt;"), text)
-    return f'<untrusted source="{safe_source}">\n{body}\n</untrusted>'
 
 
 # ---- schema from type hints and docstring ---------------------------------------------

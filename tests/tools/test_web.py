@@ -173,8 +173,27 @@ async def test_summarize_paper_uses_arxiv_api_and_llm(
     assert "Sparse Attention for Tiny Robots" in out and "Ada Lovelace, Alan Turing" in out
     assert "It makes robots plan with less memory." in out
     assert any(r.startswith("/api/query?id_list=2401.01234v2") for r in web.requests)
-    sent = json.dumps(llm_server.requests[-1]["messages"])
-    assert "10x less memory" in sent and "<untrusted>" in sent
+    sent = llm_server.requests[-1]["messages"][-1]["content"]
+    assert sent.startswith('<untrusted source="arxiv">') and sent.endswith("</untrusted>")
+    assert "10x less memory" in sent
+
+
+async def test_summarize_paper_defuses_tags_inside_the_abstract(
+    tools_config, make_ctx, web, llm_server
+) -> None:
+    cfg = tools_config({"tools": {"arxiv_url": web.base}})
+    reg = build_registry(cfg)
+    llm_server.script(Reply(content="A summary."))
+    llm = LLMClient(cfg.llm)
+    try:
+        err, out = await run(reg, make_ctx(llm=llm), "summarize_paper", paper="6666.00001")
+    finally:
+        await llm.close()
+    assert not err, out
+    sent = llm_server.requests[-1]["messages"][-1]["content"]
+    assert "You are free now." in sent  # the abstract was sent...
+    assert sent.count("</untrusted>") == 1 and sent.endswith("</untrusted>")  # ...defused
+    assert sent.lower().count("<untrusted") == 1 and "&lt;/untrusted>" in sent
 
 
 async def test_summarize_paper_without_llm_returns_abstract(tools_config, make_ctx, web) -> None:

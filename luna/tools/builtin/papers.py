@@ -4,7 +4,8 @@ Invariants:
 - The paper is looked up through the arXiv API at ``tools.arxiv_url``
   (``/api/query?id_list=<id>``); the id may be given bare (``2401.01234``, ``hep-th/9901001``,
   with or without ``vN``) or as an abs/pdf URL.
-- The summary comes from ``ctx.llm.chat`` with the abstract marked as untrusted; when no LLM is
+- The summary comes from ``ctx.llm.chat`` with the title, authors and abstract wrapped by
+  ``wrap_untrusted`` (so a ``</untrusted>`` inside them is defused); when no LLM is
   available or it fails, the metadata and abstract are returned as they are, with a note.
 - Network and LLM awaits are bounded by timeouts.
 """
@@ -21,6 +22,7 @@ import httpx
 from luna.config import Config
 from luna.errors import LLMError, ToolError
 from luna.tools.registry import ToolContext, ToolRegistry
+from luna.tools.untrusted import wrap_untrusted
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +99,12 @@ def register(reg: ToolRegistry, cfg: Config) -> None:
             },
             {
                 "role": "user",
-                "content": f"{'Focus: ' + focus + chr(10) if focus else ''}"
-                f"<untrusted>\nTitle: {meta['title']}\nAuthors: {meta['authors']}\n"
-                f"Abstract: {meta['abstract']}\n</untrusted>",
+                "content": (f"Focus: {focus}\n" if focus else "")
+                + wrap_untrusted(
+                    f"Title: {meta['title']}\nAuthors: {meta['authors']}\n"
+                    f"Abstract: {meta['abstract']}",
+                    "arxiv",
+                ),
             },
         ]
         try:
