@@ -36,7 +36,6 @@ Invariants:
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import re
@@ -46,13 +45,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from luna.errors import ConfigError
+from luna.config import PERMISSION_LEVELS, PermissionLevel
+from luna.errors import ConfigError, did_you_mean
 
 BASE_ENV_VARS = ("PATH", "HOME", "LANG", "LC_ALL", "TZ")
 EXPOSE_MODES = ("direct", "catalog")
 TRANSPORTS = ("stdio", "http")
-PERMISSION_LEVELS = ("allow", "ask", "deny")
-DEFAULT_PERMISSION = "allow"
+DEFAULT_PERMISSION: PermissionLevel = "allow"
 MAX_NAME = 64
 MAX_SERVER_NAME = 32
 MAX_DESCRIPTION = 1024
@@ -82,7 +81,7 @@ class ServerSpec:
     enabled: bool = True
     timeout: float = 60.0
     expose: str = "direct"
-    permission: str = DEFAULT_PERMISSION
+    permission: PermissionLevel = DEFAULT_PERMISSION
     error: str | None = None
 
 
@@ -144,9 +143,7 @@ def _build_spec(name: str, raw: Any, environ: Mapping[str, str], call_timeout: f
         raise ConfigError("must be an object")
     for key in raw:
         if key not in KNOWN_KEYS:
-            close = difflib.get_close_matches(key, KNOWN_KEYS, n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise ConfigError(f"unknown key {key!r}{hint}")
+            raise ConfigError(f"unknown key {key!r}{did_you_mean(key, KNOWN_KEYS)}")
 
     enabled = _typed(raw, "enabled", bool, True)
     has_url = "url" in raw

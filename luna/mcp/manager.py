@@ -110,7 +110,7 @@ class MCPManager:
                 tool_description(server.name, tool.name, tool.description, tool.title),
                 to_parameters(tool.input_schema),
                 functools.partial(self._handle, qualified),
-                level=server.spec.permission,  # type: ignore[arg-type]
+                level=server.spec.permission,
                 expose=server.spec.expose,  # type: ignore[arg-type]
                 timeout=None,
             )

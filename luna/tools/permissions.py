@@ -14,15 +14,10 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Literal
-
-from luna.config import ToolsConfig
-
-Level = Literal["allow", "ask", "deny"]
-LEVELS: tuple[Level, ...] = ("allow", "ask", "deny")
+from luna.config import PERMISSION_LEVELS, PermissionLevel, ToolsConfig
 
 # Front-end defaults applied before the owner's config.
-FRONTEND_DEFAULTS: dict[str, dict[str, Level]] = {
+FRONTEND_DEFAULTS: dict[str, dict[str, PermissionLevel]] = {
     "repl": {
         "bash": "allow",
         "read_file": "allow",
@@ -33,10 +28,12 @@ FRONTEND_DEFAULTS: dict[str, dict[str, Level]] = {
 }
 
 
-def resolve_level(cfg: ToolsConfig, tool: str, frontend: str, default: Level) -> Level:
+def resolve_level(
+    cfg: ToolsConfig, tool: str, frontend: str, default: PermissionLevel
+) -> PermissionLevel:
     """The effective level of ``tool`` when called from ``frontend``."""
     level: str = FRONTEND_DEFAULTS.get(frontend, {}).get(tool, default)
     level = cfg.permissions.get(tool, level)
     per_frontend = {"repl": cfg.repl_permissions, "discord": cfg.discord_permissions}
     level = per_frontend.get(frontend, {}).get(tool, level)
-    return level if level in LEVELS else "ask"  # type: ignore[return-value]
+    return level if level in PERMISSION_LEVELS else "ask"  # type: ignore[return-value]

@@ -19,7 +19,6 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import difflib
 import inspect
 import json
 import logging
@@ -35,11 +34,11 @@ from typing import Any, Literal
 import jsonschema
 
 from luna import observe
-from luna.config import Config, secret_values
-from luna.errors import ToolError
+from luna.config import Config, PermissionLevel, secret_values
+from luna.errors import ToolError, did_you_mean
 from luna.messages import Approver, Frontend, ToolCall, ToolResult
 from luna.tools.output import shape_output
-from luna.tools.permissions import Level, resolve_level
+from luna.tools.permissions import resolve_level
 from luna.tools.untrusted import wrap_untrusted
 
 log = logging.getLogger(__name__)
@@ -72,7 +71,7 @@ class ToolInfo:
     description: str
     parameters: dict[str, Any]
     handler: Handler
-    level: Level = "ask"
+    level: PermissionLevel = "ask"
     expose: Expose = "direct"
     native: bool = False
     timeout: float | None = DEFAULT_TOOL_TIMEOUT
@@ -96,7 +95,7 @@ class ToolRegistry:
         self.cfg = cfg
         self._tools: dict[str, ToolInfo] = {}
         # Levels forced at start-up (bash without a sandbox is always 'ask').
-        self.forced_levels: dict[str, Level] = {}
+        self.forced_levels: dict[str, PermissionLevel] = {}
 
     # ---- registration -----------------------------------------------------------------
 
@@ -105,7 +104,7 @@ class ToolRegistry:
         fn: Callable[..., Awaitable[Any]] | None = None,
         *,
         name: str | None = None,
-        level: Level = "allow",
+        level: PermissionLevel = "allow",
         expose: Expose = "direct",
         timeout: float | None = DEFAULT_TOOL_TIMEOUT,
     ) -> Any:
@@ -143,7 +142,7 @@ class ToolRegistry:
         parameters: dict[str, Any],
         handler: Handler,
         *,
-        level: Level = "ask",
+        level: PermissionLevel = "ask",
         expose: Expose = "direct",
         timeout: float | None = None,
     ) -> str:
@@ -198,12 +197,11 @@ class ToolRegistry:
         return [i for i in self._ordered() if i.expose == "catalog"]
 
     def suggest(self, name: str) -> str:
-        close = difflib.get_close_matches(name, list(self._tools), n=3, cutoff=0.5)
-        if close:
-            return "Did you mean: " + ", ".join(close) + "?"
-        return "Available tools: " + ", ".join(self.names())
+        """For an unknown ``name``: ``" (did you mean 'x'?)"``, else ``". Available tools: …"``."""
+        hint = did_you_mean(name, self._tools, n=3, cutoff=0.5)
+        return hint or ". Available tools: " + ", ".join(self.names())
 
-    def level_for(self, info: ToolInfo, frontend: str) -> Level:
+    def level_for(self, info: ToolInfo, frontend: str) -> PermissionLevel:
         forced = self.forced_levels.get(info.name)
         level = resolve_level(self.cfg.tools, info.name, frontend, info.level)
         if forced is not None and level != "deny":
@@ -228,7 +226,7 @@ class ToolRegistry:
     async def _execute(self, call: ToolCall, ctx: ToolContext) -> ToolResult:
         info = self._tools.get(call.name)
         if info is None:
-            return ToolResult(f"Unknown tool '{call.name}'. {self.suggest(call.name)}", True)
+            return ToolResult(f"Unknown tool '{call.name}'{self.suggest(call.name)}.", True)
         args, problem = parse_arguments(call.arguments)
         if problem:
             return ToolResult(f"{call.name}: {problem}. {usage_hint(info)}", True)

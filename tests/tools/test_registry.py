@@ -108,7 +108,9 @@ async def test_registry_unknown_tool_suggests_close_names(tools_config, make_ctx
     reg = sample_registry(tools_config())
     result = await reg.execute(call("gret", {"name": "x"}), make_ctx())
     assert result.is_error
-    assert "Unknown tool 'gret'" in result.content and "greet" in result.content
+    assert result.content == "Unknown tool 'gret' (did you mean 'greet'?)."
+    far = await reg.execute(call("zzzz"), make_ctx())
+    assert far.is_error and far.content.startswith("Unknown tool 'zzzz'. Available tools: greet")
 
 
 @pytest.mark.parametrize(

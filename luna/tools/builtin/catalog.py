@@ -12,12 +12,11 @@ Invariants:
 
 from __future__ import annotations
 
-import difflib
 import json
 from typing import Any
 
 from luna.config import Config
-from luna.errors import ToolError
+from luna.errors import ToolError, did_you_mean
 from luna.messages import ToolResult
 from luna.tools.registry import ToolContext, ToolRegistry
 
@@ -59,10 +58,8 @@ def register(reg: ToolRegistry, cfg: Config) -> None:  # noqa: ARG001 - uniform 
         """
         info = reg.get(name)
         if info is None or info.native:
-            catalog = [i.name for i in reg.catalog()]
-            close = difflib.get_close_matches(name, catalog, n=3, cutoff=0.5)
-            hint = f" Did you mean: {', '.join(close)}?" if close else ""
-            raise ToolError(f"no extra tool named {name!r}.{hint} Use list_available_tools.")
+            hint = did_you_mean(name, (i.name for i in reg.catalog()), n=3, cutoff=0.5)
+            raise ToolError(f"no extra tool named {name!r}{hint}. Use list_available_tools.")
         args = arguments or {}
         if isinstance(args, str):
             try:
