@@ -69,10 +69,6 @@ def protected_paths(cfg: Config) -> list[Path]:
     return out
 
 
-def _inside(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
-
-
 def bwrap_command(
     cfg: Config, argv: list[str], cwd: Path, env: dict[str, str] | None = None
 ) -> list[str]:
@@ -84,7 +80,7 @@ def bwrap_command(
         cmd += ["--tmpfs", "/run"]  # host sockets (dbus, docker) out of reach
     hidden_dirs: list[Path] = []
     for p in protected_paths(cfg):
-        if p.is_dir() and not any(_inside(p, h) for h in hidden_dirs):
+        if p.is_dir() and not any(p.is_relative_to(h) for h in hidden_dirs):
             hidden_dirs.append(p)
             cmd += ["--tmpfs", str(p)]
     for w in writable:
@@ -95,10 +91,10 @@ def bwrap_command(
     # Private things inside a writable root are covered again on top of the bind; private
     # files elsewhere (the .env next to config.toml) are covered by an empty file.
     for p in protected_paths(cfg):
-        inside_writable = any(_inside(p, w) for w in writable)
+        inside_writable = any(p.is_relative_to(w) for w in writable)
         if inside_writable and p not in writable and p.is_dir():
             cmd += ["--tmpfs", str(p), "--remount-ro", str(p)]
-        elif p.is_file() and (inside_writable or not any(_inside(p, h) for h in hidden_dirs)):
+        elif p.is_file() and (inside_writable or not any(p.is_relative_to(h) for h in hidden_dirs)):
             cmd += ["--ro-bind", "/dev/null", str(p)]
     cmd += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     if not cfg.tools.network:

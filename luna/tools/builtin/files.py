@@ -66,10 +66,6 @@ class PathPolicy:
         extra = [db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")]
         self.private_items = [p for p in [*protected_paths(cfg), *extra] if p != self.data_dir]
 
-    @staticmethod
-    def _inside(path: Path, root: Path) -> bool:
-        return path == root or root in path.parents
-
     def resolve(self, raw: str, base: Path | None = None) -> Path:
         p = Path(raw).expanduser()
         if not p.is_absolute():
@@ -78,19 +74,19 @@ class PathPolicy:
 
     def check(self, path: Path, *, write: bool) -> None:
         """Raise ToolError unless ``path`` (already resolved) is allowed."""
-        if not write and self._inside(path, self.outputs):
+        if not write and path.is_relative_to(self.outputs):
             return
         roots = self.write_roots if write else self.read_roots
-        if not any(self._inside(path, r) for r in roots):
+        if not any(path.is_relative_to(r) for r in roots):
             where = "the workspace" + (" or write_roots" if write else " or read_roots")
             raise ToolError(f"{path} is outside {where}; access refused")
-        if self._inside(path, self.data_dir) and not any(
-            self._inside(path, r) and r != self.data_dir and self._inside(r, self.data_dir)
+        if path.is_relative_to(self.data_dir) and not any(
+            path.is_relative_to(r) and r != self.data_dir and r.is_relative_to(self.data_dir)
             for r in self.read_roots
         ):
             raise ToolError(f"{path} is inside Luna's private data folder; access refused")
         for item in self.private_items:
-            if self._inside(path, item):
+            if path.is_relative_to(item):
                 raise ToolError(f"{path} is Luna's private data; access refused")
 
     def check_fd(self, fd: int, *, write: bool) -> None:
@@ -101,7 +97,7 @@ class PathPolicy:
 def _base(ctx: ToolContext, policy: PathPolicy) -> Path:
     if ctx.workdir is not None:
         w = ctx.workdir.resolve()
-        if policy._inside(w, policy.workspace):
+        if w.is_relative_to(policy.workspace):
             return w
     return policy.workspace
 

@@ -137,7 +137,7 @@ def register(reg: ToolRegistry, cfg: Config) -> None:
         limit = min(max(limit, 1.0), cfg.tools.bash_max_timeout)
         cwd = (ctx.workdir or cfg.agent.workspace).resolve()
         workspace = cfg.agent.workspace.resolve()
-        if not (cwd == workspace or workspace in cwd.parents):
+        if not cwd.is_relative_to(workspace):
             cwd = workspace
         cwd.mkdir(parents=True, exist_ok=True)
         code, output, timed_out = await run_command(
