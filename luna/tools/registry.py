@@ -39,6 +39,7 @@ from luna.errors import ToolError, did_you_mean
 from luna.messages import Approver, Frontend, ToolCall, ToolResult
 from luna.tools.output import shape_output
 from luna.tools.permissions import resolve_level
+from luna.tools.sandbox import NOT_CHECKED, SandboxStatus
 from luna.tools.untrusted import wrap_untrusted
 
 log = logging.getLogger(__name__)
@@ -91,11 +92,15 @@ class ToolInfo:
 class ToolRegistry:
     """Holds native and MCP tools; validates, permits, runs and shapes every call."""
 
-    def __init__(self, cfg: Config) -> None:
+    def __init__(self, cfg: Config, *, sandbox: SandboxStatus = NOT_CHECKED) -> None:
         self.cfg = cfg
         self._tools: dict[str, ToolInfo] = {}
-        # Levels forced at start-up (bash without a sandbox is always 'ask').
+        # Whether bash runs inside bubblewrap (``build_registry`` checks it once).
+        self.sandbox = sandbox
+        # Levels forced at start-up: bash without a sandbox is always 'ask' (unless 'deny').
         self.forced_levels: dict[str, PermissionLevel] = {}
+        if not sandbox.ok:
+            self.forced_levels["bash"] = "ask"
 
     # ---- registration -----------------------------------------------------------------
 

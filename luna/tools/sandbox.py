@@ -20,6 +20,7 @@ Invariants:
 - ``DISCORD_TOKEN``, ``LLM_API_KEY``, every name in ``tools.secret_env`` and every variable whose
   value is a configured secret never reach a tool environment, whatever the passthrough says.
 - ``sandbox_status`` never raises; ``probe=True`` runs a short subprocess (call it off the loop).
+  ``build_registry`` calls it once per registry and keeps the answer as ``registry.sandbox``.
 """
 
 from __future__ import annotations
@@ -28,8 +29,19 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import NamedTuple
 
 from luna.config import Config, secret_values
+
+
+class SandboxStatus(NamedTuple):
+    """Whether bash runs inside bubblewrap, and why (or why not and what to do)."""
+
+    ok: bool
+    detail: str
+
+
+NOT_CHECKED = SandboxStatus(False, "sandbox not checked; bash asks before every command")
 
 BASE_ENV = ("PATH", "LANG", "LC_ALL", "TERM", "TZ")
 NEVER_ENV = frozenset({"DISCORD_TOKEN", "LLM_API_KEY"})
@@ -107,18 +119,24 @@ def bwrap_command(
     return cmd
 
 
-def sandbox_status(cfg: Config, *, probe: bool = True) -> tuple[bool, str]:
-    """(True, detail) when bash will run inside bubblewrap; else (False, why and what to do)."""
+def sandbox_status(cfg: Config, *, probe: bool = True) -> SandboxStatus:
+    """``(True, detail)`` when bash will run inside bubblewrap; else ``(False, why and fix)``.
+
+    Without ``probe`` only the config and the presence of ``bwrap`` are checked.
+    """
     if not cfg.tools.sandbox:
-        return False, "sandbox disabled by tools.sandbox=false; bash asks before every command"
+        return SandboxStatus(
+            False, "sandbox disabled by tools.sandbox=false; bash asks before every command"
+        )
     path = shutil.which("bwrap")
     if path is None:
-        return False, (
+        return SandboxStatus(
+            False,
             "bwrap not found: install the 'bubblewrap' package; until then bash asks "
-            "before every command"
+            "before every command",
         )
     if not probe:
-        return True, f"bubblewrap at {path}"
+        return SandboxStatus(True, f"bubblewrap at {path}")
     try:
         proc = subprocess.run(
             [
@@ -141,11 +159,12 @@ def sandbox_status(cfg: Config, *, probe: bool = True) -> tuple[bool, str]:
             check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as e:
-        return False, f"bwrap failed to start ({e}); bash asks before every command"
+        return SandboxStatus(False, f"bwrap failed to start ({e}); bash asks before every command")
     if proc.returncode != 0:
         err = proc.stderr.decode(errors="replace").strip()[:200]
-        return False, (
+        return SandboxStatus(
+            False,
             f"bwrap cannot create namespaces here ({err}); enable unprivileged user "
-            "namespaces or run as a user that may; bash asks before every command"
+            "namespaces or run as a user that may; bash asks before every command",
         )
-    return True, f"bubblewrap at {path} (namespaces work)"
+    return SandboxStatus(True, f"bubblewrap at {path} (namespaces work)")

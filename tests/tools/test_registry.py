@@ -246,7 +246,9 @@ async def test_build_registry_without_sandbox_forces_ask(tools_config, make_ctx,
     cfg = tools_config({"tools": {"sandbox": False, "permissions": {"bash": "allow"}}})
     with caplog.at_level(logging.WARNING):
         reg = build_registry(cfg)
-    assert any("not sandboxed" in r.getMessage() for r in caplog.records)
+    warnings = [r.getMessage() for r in caplog.records if "not sandboxed" in r.getMessage()]
+    assert len(warnings) == 1 and "tools.sandbox=false" in warnings[0]  # said once
+    assert not reg.sandbox.ok and reg.sandbox.detail in warnings[0]
     bash = reg.get("bash")
     assert reg.level_for(bash, "repl") == "ask"
     refused = await reg.execute(call("bash", {"command": "echo hi"}), make_ctx())
@@ -257,6 +259,12 @@ async def test_build_registry_without_sandbox_forces_ask(tools_config, make_ctx,
 
     ran = await reg.execute(call("bash", {"command": "echo unsandboxed"}), make_ctx(approver=yes))
     assert "unsandboxed" in ran.content and "[exit code: 0]" in ran.content
+
+
+def test_registry_not_built_by_build_registry_treats_bash_as_unsandboxed(tools_config) -> None:
+    reg = ToolRegistry(tools_config())
+    assert not reg.sandbox.ok and "not checked" in reg.sandbox.detail
+    assert reg.forced_levels == {"bash": "ask"}
 
 
 async def test_registry_mcp_style_register_unregister_and_catalog(tools_config, make_ctx) -> None:

@@ -59,6 +59,44 @@ def test_sandbox_status_reports_working_bwrap(tools_config) -> None:
     assert not off and "tools.sandbox=false" in why
 
 
+def test_build_registry_checks_the_sandbox_once_and_probes_on_request(tools_config) -> None:
+    cfg = tools_config()
+    quick = build_registry(cfg)
+    assert quick.sandbox.ok and quick.sandbox.detail.startswith("bubblewrap at ")
+    assert "namespaces work" not in quick.sandbox.detail  # no subprocess without probe
+    probed = build_registry(cfg, probe=True)
+    assert probed.sandbox == sandbox_status(cfg, probe=True)
+    assert probed.sandbox.ok and "namespaces work" in probed.sandbox.detail
+    assert probed.forced_levels == {} and probed.level_for(probed.get("bash"), "repl") == "allow"
+
+
+async def test_probe_catches_a_bwrap_that_cannot_create_namespaces(
+    tools_config, make_ctx, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog
+) -> None:
+    fake_bin = tmp_path / "fake-bin"
+    fake_bin.mkdir()
+    fake = fake_bin / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake_bin}:/usr/bin:/bin")
+    cfg = tools_config()
+    assert build_registry(cfg).sandbox.ok  # found on PATH: only a probe can tell
+    with caplog.at_level("WARNING"):
+        reg = build_registry(cfg, probe=True)
+    assert not reg.sandbox.ok and "cannot create namespaces" in reg.sandbox.detail
+    assert "No permissions to create new namespace" in reg.sandbox.detail
+    assert [r.getMessage() for r in caplog.records if "not sandboxed" in r.getMessage()] == [
+        f"bash is not sandboxed: {reg.sandbox.detail}"
+    ]
+    assert reg.level_for(reg.get("bash"), "repl") == "ask"
+
+    async def yes(name: str, args: dict) -> bool:
+        return True
+
+    out = await bash(reg, make_ctx(approver=yes), "echo unconfined")
+    assert "unconfined" in out and "[exit code: 0]" in out  # ran without the broken bwrap
+
+
 def test_tool_env_is_an_allowlist(tools_config) -> None:
     cfg = tools_config(
         {

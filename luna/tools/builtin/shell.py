@@ -2,8 +2,8 @@
 
 Invariants:
 - The command runs in the workspace (or the sub-agent's folder inside it) with the allowlisted
-  environment from ``tool_env``; inside bwrap unless the sandbox is off or missing, in which
-  case the registry forces the 'ask' level for every call.
+  environment from ``tool_env``; inside bwrap when ``registry.sandbox.ok`` (checked once by
+  ``build_registry``), otherwise unconfined and the registry forces the 'ask' level.
 - Timeout: ``tools.bash_timeout`` by default, never more than ``tools.bash_max_timeout``; on
   timeout or cancellation the whole process group is killed (and bwrap's PID namespace with it).
 - Output (stdout and stderr interleaved) is read in chunks and capped at
@@ -23,7 +23,7 @@ from pathlib import Path
 from luna.config import Config
 from luna.errors import ToolError
 from luna.tools.registry import ToolContext, ToolRegistry
-from luna.tools.sandbox import bwrap_command, sandbox_status, tool_env
+from luna.tools.sandbox import bwrap_command, tool_env
 
 CHUNK = 65536
 
@@ -113,9 +113,7 @@ def _kill_group(pid: int) -> None:
 
 
 def register(reg: ToolRegistry, cfg: Config) -> None:
-    ok, _detail = sandbox_status(cfg, probe=False)
-    if not ok:
-        reg.forced_levels["bash"] = "ask"
+    sandboxed = reg.sandbox.ok  # checked once by build_registry; not ok => the registry asks
 
     @reg.tool(level="ask", timeout=None)
     async def bash(
@@ -141,7 +139,7 @@ def register(reg: ToolRegistry, cfg: Config) -> None:
             cwd = workspace
         cwd.mkdir(parents=True, exist_ok=True)
         code, output, timed_out = await run_command(
-            cfg, command, limit=limit, cwd=cwd, sandboxed=ok
+            cfg, command, limit=limit, cwd=cwd, sandboxed=sandboxed
         )
         if timed_out:
             status = f"[timed out after {limit:g} s; the command and its children were killed]"
