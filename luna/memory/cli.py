@@ -1,8 +1,9 @@
 """``luna memory …`` commands: search, list, add, forget, stats, reindex, import.
 
 Invariants:
-- Each command opens the memory database, does one job and closes it; the exit code says
-  whether it worked (import: non-zero when any line was skipped).
+- Each command opens the memory database (``async with open_memory(cfg)``), does one job and
+  closes it, also on failure; the exit code says whether it worked (import: non-zero when any
+  line was skipped).
 - Bad input never raises a traceback: a malformed import line is reported with its line number
   and skipped, the rest imports.
 - Output for machines (``--json``) is one JSON object per line.
@@ -12,8 +13,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -67,15 +70,23 @@ def add_parser(subparsers: Any) -> None:
     im.set_defaults(handler=import_cmd)
 
 
-async def _open(cfg: Config, **kwargs: Any) -> Memory:
+@contextlib.asynccontextmanager
+async def open_memory(cfg: Config, **kwargs: Any) -> AsyncIterator[Memory]:
+    """The memory database, open for one command and closed after it, whatever happens.
+
+    ``kwargs`` go to :meth:`Memory.open`; a missing vector index is said once on stderr.
+    """
     mem = Memory(cfg.memory)
     await mem.open(background=False, **kwargs)
-    if not mem.vector_enabled:
-        print(
-            f"note: vector search unavailable ({mem.vector_error}); keyword search only",
-            file=sys.stderr,
-        )
-    return mem
+    try:
+        if not mem.vector_enabled:
+            print(
+                f"note: vector search unavailable ({mem.vector_error}); keyword search only",
+                file=sys.stderr,
+            )
+        yield mem
+    finally:
+        await mem.close()
 
 
 def _result(item: RecallItem) -> dict[str, Any]:
@@ -102,8 +113,7 @@ async def search_cmd(args: argparse.Namespace, cfg: Config) -> int:
         queries = [q.strip() for q in text.splitlines() if q.strip()]
     else:
         queries = [args.query]
-    mem = await _open(cfg)
-    try:
+    async with open_memory(cfg) as mem:
         await mem.flush_index()
         for query in queries:
             items = await mem.recall(query, scope=args.scope, k=args.k)
@@ -125,17 +135,12 @@ async def search_cmd(args: argparse.Namespace, cfg: Config) -> int:
                     f"{it.kind:<7} {ident!s:<8} {it.score:6.3f}  {it.created_at[:10]}  "
                     f"[{it.source}] {' '.join(it.text.split())[:200]}"
                 )
-    finally:
-        await mem.close()
     return 0
 
 
 async def list_cmd(args: argparse.Namespace, cfg: Config) -> int:
-    mem = await _open(cfg)
-    try:
+    async with open_memory(cfg) as mem:
         rows = await mem.list_memories(scope=args.scope, limit=args.limit)
-    finally:
-        await mem.close()
     for r in rows:
         if args.json:
             print(json.dumps(r, ensure_ascii=False))
@@ -154,31 +159,22 @@ async def add_cmd(args: argparse.Namespace, cfg: Config) -> int:
     if not 1 <= args.importance <= 10:
         print("memory add: --importance must be 1-10", file=sys.stderr)
         return 2
-    mem = await _open(cfg)
-    try:
+    async with open_memory(cfg) as mem:
         mem_id = await mem.add_memory(args.text, importance=args.importance, scope=args.scope)
-    finally:
-        await mem.close()
     print(f"remembered #{mem_id}")
     return 0
 
 
 async def forget_cmd(args: argparse.Namespace, cfg: Config) -> int:
-    mem = await _open(cfg)
-    try:
+    async with open_memory(cfg) as mem:
         found = await mem.forget(args.id)
-    finally:
-        await mem.close()
     print(f"forgot #{args.id}" if found else f"no memory #{args.id}")
     return 0 if found else 1
 
 
 async def stats_cmd(args: argparse.Namespace, cfg: Config) -> int:
-    mem = await _open(cfg)
-    try:
+    async with open_memory(cfg) as mem:
         stats = await mem.stats()
-    finally:
-        await mem.close()
     if args.json:
         print(json.dumps(stats))
     else:
@@ -190,13 +186,10 @@ async def stats_cmd(args: argparse.Namespace, cfg: Config) -> int:
 async def reindex_cmd(args: argparse.Namespace, cfg: Config) -> int:
     from tqdm import tqdm
 
-    mem = await _open(cfg, allow_model_change=True)
-    try:
+    async with open_memory(cfg, allow_model_change=True) as mem:
         total = await mem.count_docs()
         with tqdm(total=total, unit="doc", desc="reindex", file=sys.stderr) as bar:
             done = await mem.reindex(progress=bar.update)
-    finally:
-        await mem.close()
     print(
         f"re-embedded {done} items with {cfg.memory.embedding_model} "
         f"({cfg.memory.embedding_dim} dims)"
@@ -253,39 +246,37 @@ async def import_cmd(args: argparse.Namespace, cfg: Config) -> int:
         return 2
     lines = text.splitlines()
     default_session = f"import:{args.file.name}"
-    mem = await _open(cfg)
     imported = skipped = existing = 0
     batch: list[dict[str, Any]] = []
-    try:
-        with tqdm(total=len(lines), unit="line", desc="import", file=sys.stderr) as bar:
+    async with open_memory(cfg) as mem:
+        try:
+            with tqdm(total=len(lines), unit="line", desc="import", file=sys.stderr) as bar:
 
-            async def flush() -> None:
-                nonlocal imported, existing
-                if batch:
-                    ids, dup = await mem.add_memories(batch)
-                    imported += len(ids)
-                    existing += dup
-                    bar.update(len(batch))
-                    batch.clear()
+                async def flush() -> None:
+                    nonlocal imported, existing
+                    if batch:
+                        ids, dup = await mem.add_memories(batch)
+                        imported += len(ids)
+                        existing += dup
+                        bar.update(len(batch))
+                        batch.clear()
 
-            for number, line in enumerate(lines, start=1):
-                if not line.strip():
-                    bar.update(1)
-                    continue
-                try:
-                    batch.append(parse_import_line(line, default_session, args.scope))
-                except ValueError as e:
-                    skipped += 1
-                    bar.update(1)
-                    tqdm.write(f"{args.file}:{number}: skipped: {e}", file=sys.stderr)
-                    continue
-                if len(batch) >= IMPORT_BATCH:
-                    await flush()
-            await flush()
-    except LunaError as e:
-        print(f"memory import: {e}", file=sys.stderr)
-        return 1
-    finally:
-        await mem.close()
+                for number, line in enumerate(lines, start=1):
+                    if not line.strip():
+                        bar.update(1)
+                        continue
+                    try:
+                        batch.append(parse_import_line(line, default_session, args.scope))
+                    except ValueError as e:
+                        skipped += 1
+                        bar.update(1)
+                        tqdm.write(f"{args.file}:{number}: skipped: {e}", file=sys.stderr)
+                        continue
+                    if len(batch) >= IMPORT_BATCH:
+                        await flush()
+                await flush()
+        except LunaError as e:
+            print(f"memory import: {e}", file=sys.stderr)
+            return 1
     print(f"imported {imported}, skipped {skipped} malformed line(s), {existing} already present")
     return 1 if skipped else 0

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from luna.config import Config
+from luna.errors import MemoryStoreError
 from luna.memory import cli
 
 
@@ -93,3 +94,16 @@ async def test_cli_add_list_forget_stats_reindex(
     assert await run(cfg, "forget", "1") == 1
     assert await run(cfg, "add", "x", "--importance", "11") == 2
     assert await run(cfg, "search") == 2
+
+
+async def test_cli_open_memory_closes_the_database_even_when_the_command_fails(
+    cfg: Config,
+) -> None:
+    with pytest.raises(RuntimeError, match="command broke"):
+        async with cli.open_memory(cfg) as mem:
+            assert await mem.add_memory("kept before the failure") == 1
+            raise RuntimeError("command broke")
+    with pytest.raises(MemoryStoreError, match="not open"):
+        _ = mem.store
+    async with cli.open_memory(cfg) as again:  # the file is free and the write was kept
+        assert [r["text"] for r in await again.list_memories()] == ["kept before the failure"]
