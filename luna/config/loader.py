@@ -37,6 +37,7 @@ ENV_OVERRIDES = {
     "LUNA_MCP_SERVERS": "mcp.servers_file",
 }
 
+
 def field_types(section: str) -> dict[str, Any]:
     """The annotation of every key in a section."""
     return {name: f.annotation for name, f in SECTIONS[section].model_fields.items()}

@@ -84,6 +84,7 @@ def test_routing_strip_mention():
 async def test_pipeline_serializes_a_session_and_overlaps_sessions():
     log: list[str] = []
     gate = asyncio.Event()
+    b_done, a2_done = asyncio.Event(), asyncio.Event()
 
     async def handler(batch: Batch) -> None:
         name = batch.items[0].payload
@@ -91,44 +92,59 @@ async def test_pipeline_serializes_a_session_and_overlaps_sessions():
         if name == "a1":
             await gate.wait()
         log.append(f"end {name}")
+        {"b1": b_done, "a2": a2_done}.get(name, asyncio.Event()).set()
 
     pipe = SessionPipeline(handler, burst_window=0)
     pipe.submit(Incoming(1, "A", OWNER, "a1"))
     pipe.submit(Incoming(2, "A", OWNER, "a2"))
     pipe.submit(Incoming(3, "B", OWNER, "b1"))
-    for _ in range(5):
-        await asyncio.sleep(0)
+    await asyncio.wait_for(b_done.wait(), 5)
     assert log == ["start a1", "start b1", "end b1"]  # B ran while A's first turn waits
     gate.set()
-    await asyncio.wait_for(pipe.drain(), 5)
+    await asyncio.wait_for(a2_done.wait(), 5)
     assert log[3:] == ["end a1", "start a2", "end a2"]
+    await pipe.aclose()
 
 
-async def test_pipeline_dedupes_and_merges_bursts_per_author():
+def test_pipeline_admits_each_message_id_once_and_remembers_the_latest():
+    pipe = SessionPipeline(lambda batch: asyncio.sleep(0), burst_window=0, max_seen=2)
+    assert pipe.admit(1) and not pipe.admit(1)  # a replayed event is refused
+    assert pipe.admit(2) and pipe.admit(3)  # 1 is now the oldest of three: forgotten
+    assert not pipe.admit(3) and not pipe.admit(2)
+    assert pipe.admit(1)
+
+
+async def test_pipeline_merges_bursts_per_author():
     batches: list[list[str]] = []
+    both = asyncio.Event()
 
     async def handler(batch: Batch) -> None:
         batches.append([i.payload for i in batch.items])
+        if len(batches) == 2:
+            both.set()
 
     pipe = SessionPipeline(handler, burst_window=0.3)
-    assert not pipe.seen(1) and pipe.seen(1)
     pipe.submit(Incoming(1, "S", OWNER, "x"))
     pipe.submit(Incoming(2, "S", OWNER, "y"))
     pipe.submit(Incoming(3, "S", FRIEND, "z"))  # another author closes the burst
-    await asyncio.wait_for(pipe.drain(), 5)
+    await asyncio.wait_for(both.wait(), 5)  # z's burst closes after the window of quiet
     assert batches == [["x", "y"], ["z"]]
+    await pipe.aclose()
 
 
 async def test_pipeline_survives_a_failing_handler():
     done: list[str] = []
+    good = asyncio.Event()
 
     async def handler(batch: Batch) -> None:
         if batch.items[0].payload == "bad":
             raise RuntimeError("boom")
         done.append(batch.items[0].payload)
+        good.set()
 
     pipe = SessionPipeline(handler, burst_window=0)
     pipe.submit(Incoming(1, "S", OWNER, "bad"))
     pipe.submit(Incoming(2, "S", OWNER, "good"))
-    await asyncio.wait_for(pipe.drain(), 5)
+    await asyncio.wait_for(good.wait(), 5)
     assert done == ["good"]
+    await pipe.aclose()
