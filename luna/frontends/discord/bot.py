@@ -177,7 +177,7 @@ class LunaBot(discord.Client):
         route = decide(self.facts(message), self.cfg.discord)
         if route is None:
             return
-        if self.pipeline.seen(message.id):
+        if not self.pipeline.admit(message.id):
             log_event("discord_duplicate", message_id=str(message.id))
             return
         if not route.text and not message.attachments:

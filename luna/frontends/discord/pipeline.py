@@ -1,10 +1,10 @@
 """The Discord message pipeline: drop replays, merge bursts, run one turn per session at a time.
 
-Job: sit between ``on_message`` and the turn runner. A message goes through :meth:`seen`
+Job: sit between ``on_message`` and the turn runner. A message goes through :meth:`admit`
 (duplicate check) and :meth:`submit`; the pipeline calls ``handler(batch)`` once per turn.
 
 Invariants:
-- A message id is accepted once; a replayed or duplicated event is dropped (bounded memory:
+- A message id is admitted once; a replayed or duplicated event is refused (bounded memory:
   the most recent ``max_seen`` ids are remembered).
 - Consecutive messages from the same author in the same session that arrive within
   ``burst_window`` seconds of the previous one form one batch (one turn). A burst is closed
@@ -39,7 +39,7 @@ class Incoming:
     message_id: int
     session_id: str
     author_id: int
-    payload: Any  # the discord.Message (or anything the handler understands)
+    payload: Any  # the front-end's own record (the bot's ``Job``); the pipeline never reads it
 
 
 @dataclass
@@ -74,22 +74,19 @@ class SessionPipeline:
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._queues: dict[str, asyncio.Queue[Batch]] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
-        self._idle = asyncio.Event()
-        self._idle.set()
 
-    def seen(self, message_id: int) -> bool:
-        """True if this id was already accepted (a duplicate); otherwise remember it."""
+    def admit(self, message_id: int) -> bool:
+        """True the first time ``message_id`` is offered (and remember it); False for a repeat."""
         if message_id in self._seen:
             self._seen.move_to_end(message_id)
-            return True
+            return False
         self._seen[message_id] = None
         while len(self._seen) > self._max_seen:
             self._seen.popitem(last=False)
-        return False
+        return True
 
     def submit(self, item: Incoming) -> None:
         """Add a message to its session's current burst (or start a new one)."""
-        self._idle.clear()
         sid = item.session_id
         batch = self._open.get(sid)
         if batch is not None and batch.author_id != item.author_id:
@@ -129,8 +126,6 @@ class SessionPipeline:
                 batch = queue.get_nowait()
                 try:
                     await self._handler(batch)
-                except asyncio.CancelledError:
-                    raise
                 except Exception as e:  # noqa: BLE001 - a bad turn must not stop the session
                     log.exception("discord turn handler failed for %s", sid)
                     log_event("discord_error", op="turn", session=sid, error=type(e).__name__)
@@ -139,24 +134,6 @@ class SessionPipeline:
                 del self._workers[sid]
                 if queue.empty():
                     self._queues.pop(sid, None)
-            self._update_idle()
-
-    def _update_idle(self) -> None:
-        if not self._open and not self._workers:
-            self._idle.set()
-
-    async def drain(self) -> None:
-        """Wait until no burst is collecting and no turn is queued or running."""
-        while True:
-            await self._idle.wait()
-            await asyncio.sleep(0)
-            if not self._open and not self._workers:
-                return
-            self._idle.clear()
-
-    @property
-    def is_idle(self) -> bool:
-        return not self._open and not self._workers
 
     async def aclose(self) -> None:
         """Cancel pending bursts and running turns."""
@@ -171,4 +148,3 @@ class SessionPipeline:
             await asyncio.gather(*tasks, return_exceptions=True)
         self._workers.clear()
         self._queues.clear()
-        self._idle.set()

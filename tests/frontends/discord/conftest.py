@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +22,7 @@ from discord.ext.test import backend, callbacks, factories
 from luna.agent import Agent
 from luna.config import Config
 from luna.frontends.discord.bot import LunaBot
+from luna.frontends.discord.pipeline import Batch, SessionPipeline
 from luna.llm import LLMClient
 from luna.memory import Memory
 from luna.memory.embeddings import Embedder
@@ -95,6 +96,37 @@ def tools_registry(cfg: Config) -> ToolRegistry:
     return registry
 
 
+class TurnCounter:
+    """Counts the turns the bot's pipeline runs, by wrapping the handler the pipeline is given.
+
+    The pipeline and the bot's ``run_batch`` are the real ones; this only sees each turn start
+    and end, so a test can wait for the turns it expects instead of sleeping.
+    """
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.finished = 0
+        self._changed = asyncio.Event()
+
+    def wrap(self, handler: Callable[[Batch], Awaitable[None]]) -> Callable[[Batch], Any]:
+        async def counted(batch: Batch) -> None:
+            self.running += 1
+            try:
+                await handler(batch)
+            finally:
+                self.running -= 1
+                self.finished += 1
+                self._changed.set()
+
+        return counted
+
+    async def wait_for(self, total: int) -> None:
+        """Until ``total`` turns have finished and none is running."""
+        while self.finished < total or self.running:
+            self._changed.clear()
+            await self._changed.wait()
+
+
 @dataclass
 class Harness:
     bot: LunaBot
@@ -106,6 +138,8 @@ class Harness:
     owner: discord.Member
     friend: discord.Member
     stranger: discord.Member
+    turns: TurnCounter = field(default_factory=TurnCounter)
+    expected_turns: int = 0
     edits: list[tuple[int, str]] = field(default_factory=list)  # (message id, new content)
     typing: list[int] = field(default_factory=list)  # channel ids
 
@@ -113,11 +147,19 @@ class Harness:
         """A user posts a message; returns it once on_message has run."""
         return await dpytest.message(content, channel=channel or self.channel, member=member, **kw)
 
-    async def settle(self) -> None:
-        """Wait until every burst and turn has been handled."""
+    async def settle(self, turns: int = 1) -> None:
+        """Wait until ``turns`` more turns have run to the end, and check no other one ran.
+
+        A turn admitted by mistake (a replay, a stranger) shows up as one turn too many: a
+        same-session turn starts before the waiter wakes, another session's even earlier.
+        """
         await dpytest.run_all_events()
-        await asyncio.wait_for(self.bot.pipeline.drain(), timeout=30)
+        self.expected_turns += turns
+        await asyncio.wait_for(self.turns.wait_for(self.expected_turns), timeout=30)
         await dpytest.run_all_events()
+        assert self.turns.finished == self.expected_turns, (
+            f"{self.turns.finished} turns ran, {self.expected_turns} expected"
+        )
 
     def bot_messages(self, channel: Any) -> list[dict[str, Any]]:
         """The bot's messages in a channel, as dpytest stores them (content after edits)."""
@@ -154,6 +196,10 @@ async def make_harness(
         llm = LLMClient(cfg.llm)
         agent = Agent(cfg, llm, memory, tools_registry(cfg))
         bot = LunaBot(cfg, agent, memory)
+        turns = TurnCounter()
+        bot.pipeline = SessionPipeline(
+            turns.wrap(bot.run_batch), burst_window=cfg.discord.burst_window
+        )
         opened.append((bot, memory, llm))
         await bot._async_setup_hook()  # dpytest: binds the client to the running loop
         dpytest.configure(bot, members=0)
@@ -164,7 +210,7 @@ async def make_harness(
         for name, uid in (("owner", OWNER_ID), ("friend", FRIEND_ID), ("stranger", STRANGER_ID)):
             user = backend.make_user(name, "0001", id_num=uid)
             members[name] = backend.make_member(user, guild)
-        h = Harness(bot, agent, memory, cfg, guild, channel, **members)
+        h = Harness(bot, agent, memory, cfg, guild, channel, **members, turns=turns)
 
         async def on_edit(chan: Any, message: discord.Message, fields: Any) -> None:
             payload = fields["params"].payload or {}

@@ -95,11 +95,11 @@ async def test_bot_foreign_thread_needs_a_mention_once(
     thread = h.guild.get_thread(data["id"])
     llm_server.script(Reply(content="joined"), Reply(content="still here"))
     await h.say("talking among ourselves", h.friend, channel=thread)
-    await h.settle()
+    await h.settle(turns=0)
     assert llm_server.requests == []
     await h.say(f"{h.mention()} help us", h.friend, channel=thread)
     await h.say("thanks", h.friend, channel=thread)
-    await h.settle()
+    await h.settle(turns=2)
     assert [user_text(r) for r in llm_server.requests] == ["help us", "thanks"]
     assert [m["content"] for m in h.bot_messages(thread)] == ["joined", "still here"]
 
@@ -111,9 +111,14 @@ async def test_bot_ignores_strangers_by_default(
     dm = await h.dm_channel(h.stranger)
     await h.say("hello?", h.stranger, channel=dm)
     await h.say(f"{h.mention()} hello?", h.stranger)
-    await h.settle()
+    await h.settle(turns=0)
     assert llm_server.requests == []
     assert h.bot_messages(dm) == [] and h.bot_messages(h.channel) == []
+    # The owner's turn runs after theirs would have started: only one turn ran in all.
+    owner_dm = await h.dm_channel(h.owner)
+    await h.say("anyone there?", h.owner, channel=owner_dm)
+    await h.settle()
+    assert [user_text(r) for r in llm_server.requests] == ["anyone there?"]
 
 
 async def test_bot_strangers_chat_without_tools_friends_get_tools(
@@ -176,7 +181,7 @@ async def test_bot_runs_one_sessions_turns_in_order(
     dm = await h.dm_channel(h.owner)
     await h.say("question one", h.owner, channel=dm)
     await h.say("question two", h.owner, channel=dm)
-    await h.settle()
+    await h.settle(turns=2)
     assert [user_text(r) for r in llm_server.requests] == ["question one", "question two"]
     # the second turn saw the whole first turn: it started only after the first one finished
     second = [m["content"] for m in llm_server.requests[1]["messages"] if m["role"] == "assistant"]

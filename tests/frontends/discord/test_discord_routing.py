@@ -107,7 +107,10 @@ async def test_pipeline_serializes_a_session_and_overlaps_sessions():
 
 
 def test_pipeline_admits_each_message_id_once_and_remembers_the_latest():
-    pipe = SessionPipeline(lambda batch: asyncio.sleep(0), burst_window=0, max_seen=2)
+    async def never_called(batch: Batch) -> None:
+        raise AssertionError("admit alone runs no turn")
+
+    pipe = SessionPipeline(never_called, burst_window=0, max_seen=2)
     assert pipe.admit(1) and not pipe.admit(1)  # a replayed event is refused
     assert pipe.admit(2) and pipe.admit(3)  # 1 is now the oldest of three: forgotten
     assert not pipe.admit(3) and not pipe.admit(2)
