@@ -28,6 +28,7 @@ import hashlib
 import logging
 import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,16 @@ def _keyword_lines(text: str, words: list[str]) -> set[int]:
     return starts
 
 
+@dataclass(slots=True)
+class _Shown:
+    """What :func:`filter_lines` has put in its excerpt so far."""
+
+    used: int = 0  # characters of the budget spent (lines plus newlines)
+    last_start: int = -1  # offset of the last line shown, -1 before the first
+    last_end: int = -1  # offset where that line ends (its newline)
+    is_full: bool = False  # the budget is spent: nothing more is shown
+
+
 def filter_lines(text: str, words: list[str], budget: int) -> tuple[str, int]:
     """(excerpt, number of matching lines): matches with one line of context, structure kept.
 
@@ -96,24 +107,24 @@ def filter_lines(text: str, words: list[str], budget: int) -> tuple[str, int]:
     events += [(start, 1) for start in hits]
     events.sort()
     out: list[str] = []
-    st = {"used": 0, "start": -1, "end": -1, "full": False}
+    shown = _Shown()
 
     def line_at(start: int) -> str:
         end = text.find("\n", start)
         return text[start : len(text) if end < 0 else end]
 
     def emit(start: int) -> None:
-        if st["full"] or start <= st["start"]:
+        if shown.is_full or start <= shown.last_start:
             return
         line = line_at(start)
-        if st["start"] >= 0 and start != st["end"] + 1:
+        if shown.last_start >= 0 and start != shown.last_end + 1:
             out.append("…")
-        if st["used"] + len(line) + 1 > budget:
-            st["full"] = True
+        if shown.used + len(line) + 1 > budget:
+            shown.is_full = True
             return
         out.append(line)
-        st["used"] += len(line) + 1
-        st["start"], st["end"] = start, start + len(line)
+        shown.used += len(line) + 1
+        shown.last_start, shown.last_end = start, start + len(line)
 
     header: int | None = None  # start of the header the scan is under
     fence: int | None = None  # start of the open code fence, if inside one
@@ -128,13 +139,13 @@ def filter_lines(text: str, words: list[str], budget: int) -> tuple[str, int]:
                 if fence is None:
                     fence = start
                 else:
-                    if st["start"] > fence:
+                    if shown.last_start > fence:
                         emit(start)  # close a block we showed part of
                     fence = None
             elif fence is None:
                 header = start
             continue
-        if st["full"]:
+        if shown.is_full:
             if fence is None and header is None:
                 break
             continue
