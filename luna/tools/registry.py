@@ -1,15 +1,16 @@
 """The tool registry: one place where tools are defined, described, checked and run.
 
 A native tool is a plain async function registered with :meth:`ToolRegistry.tool`; its JSON
-schema comes from the type hints and the Google-style docstring (``Args:`` section), so the
-definition lives in one place. MCP tools arrive through :meth:`ToolRegistry.register` with a
-schema of their own.
+schema comes from the type hints and the Google-style docstring (``Args:`` section), through
+:func:`luna.tools.schema.schema_from_function`, so the definition lives in one place. MCP
+tools arrive through :meth:`ToolRegistry.register` with a schema of their own.
 
 Invariants:
 - :meth:`ToolRegistry.execute` never raises except ``CancelledError``: an unknown name, bad JSON,
   a schema mismatch, a denied permission, a ``ToolError``, a timeout or a bug all come back as
   an error ``ToolResult`` written for the model (bugs also log a traceback for the operator).
-- Arguments are validated against the tool's JSON schema before the handler runs.
+- Arguments are validated against the tool's JSON schema (``jsonschema``, native and MCP tools
+  alike) before the handler runs; the handler gets them as the model sent them.
 - Configured secret values (``secret_values(cfg)``) are replaced by ``***`` in every output.
 - Every output a tool produced goes through :func:`luna.tools.output.shape_output` and is
   wrapped by :func:`luna.tools.untrusted.wrap_untrusted`; the registry's own messages are not.
@@ -22,10 +23,7 @@ import asyncio
 import inspect
 import json
 import logging
-import re
 import time
-import types
-import typing
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +38,7 @@ from luna.messages import Approver, Frontend, ToolCall, ToolResult
 from luna.tools.output import shape_output
 from luna.tools.permissions import resolve_level
 from luna.tools.sandbox import NOT_CHECKED, SandboxStatus
+from luna.tools.schema import schema_from_function
 from luna.tools.untrusted import wrap_untrusted
 
 log = logging.getLogger(__name__)
@@ -327,87 +326,3 @@ def usage_hint(info: ToolInfo) -> str:
         kind = p.get("type", "any")
         parts.append(f"{pname}: {kind}{'' if pname in required else ' (optional)'}")
     return "Expected a JSON object {" + ", ".join(parts) + "}"
-
-
-# ---- schema from type hints and docstring ---------------------------------------------
-
-
-def schema_from_function(fn: Callable[..., Any]) -> tuple[str, dict[str, Any]]:
-    """(description, JSON schema) from ``fn``'s hints and Google-style docstring."""
-    doc = inspect.getdoc(fn) or ""
-    summary, arg_docs = parse_docstring(doc)
-    hints = typing.get_type_hints(fn)
-    props: dict[str, Any] = {}
-    required: list[str] = []
-    for pname, param in inspect.signature(fn).parameters.items():
-        if pname == "ctx" or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            continue
-        schema = type_schema(hints.get(pname, Any))
-        if pname in arg_docs:
-            schema["description"] = arg_docs[pname]
-        if param.default is inspect.Parameter.empty:
-            required.append(pname)
-        elif param.default is not None:
-            schema["default"] = param.default
-        props[pname] = schema
-    params: dict[str, Any] = {"type": "object", "properties": props}
-    if required:
-        params["required"] = required
-    params["additionalProperties"] = False
-    return summary, params
-
-
-def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
-    """(text before ``Args:``, {parameter: description})."""
-    lines = doc.splitlines()
-    summary: list[str] = []
-    args: dict[str, str] = {}
-    current: str | None = None
-    section = "summary"
-    for line in lines:
-        stripped = line.strip()
-        if re.fullmatch(r"(Args|Arguments|Parameters):", stripped):
-            section = "args"
-            continue
-        if re.fullmatch(r"(Returns|Raises|Yields|Examples?|Notes?):", stripped):
-            section = "other"
-            continue
-        if section == "summary":
-            summary.append(line)
-        elif section == "args":
-            m = re.match(r"^\s{0,8}(\w+)\s*(\([^)]*\))?:\s*(.*)$", line)
-            if m and (not current or len(line) - len(line.lstrip()) <= 4):
-                current = m.group(1)
-                args[current] = m.group(3).strip()
-            elif current and stripped:
-                args[current] = (args[current] + " " + stripped).strip()
-    return "\n".join(summary).strip(), args
-
-
-def type_schema(tp: Any) -> dict[str, Any]:
-    """JSON schema for a Python annotation (str, int, float, bool, list, dict, Literal, X|None)."""
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        non_none = [a for a in args if a is not type(None)]
-        if len(non_none) == 1:
-            inner = type_schema(non_none[0])
-            if "type" in inner and isinstance(inner["type"], str):
-                inner["type"] = [inner["type"], "null"]
-            return inner
-        return {"anyOf": [type_schema(a) for a in args]}
-    if origin is Literal:
-        values = list(args)
-        kind = {str: "string", int: "integer", bool: "boolean"}.get(type(values[0]), "string")
-        return {"type": kind, "enum": values}
-    if origin in (list, tuple, set) or tp in (list, tuple, set):
-        schema: dict[str, Any] = {"type": "array"}
-        if args:
-            schema["items"] = type_schema(args[0])
-        return schema
-    if origin is dict or tp is dict:
-        return {"type": "object"}
-    simple = {str: "string", int: "integer", float: "number", bool: "boolean", Path: "string"}
-    if tp in simple:
-        return {"type": simple[tp]}
-    return {}
