@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
+import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -208,15 +210,31 @@ async def test_agent_closing_the_stream_cancels_the_turn(
     agent_factory: Callable[..., Any], llm_server: FakeLLMServer
 ) -> None:
     agent = await agent_factory()
-    llm_server.script(Reply(content="x" * 400, chunk_size=4, chunk_delay=0.02), Reply(content="ok"))
+    started, cancelled = asyncio.Event(), asyncio.Event()
+
+    @agent.registry.tool(level="allow")
+    async def wait_forever() -> str:
+        """Never finishes on its own."""
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            cancelled.set()
+        return "unreachable"
+
+    llm_server.script(
+        Reply(tool_calls=[{"name": "wait_forever", "arguments": "{}"}]), Reply(content="ok")
+    )
     stream = agent.run_turn(InboundMessage(session_id="s1", text="long"))
     async for event in stream:
-        if isinstance(event, TextDelta):
+        if isinstance(event, ToolStarted):
             break
+    await asyncio.wait_for(started.wait(), 30)
     await stream.aclose()
-    assert not agent._active
-    events = await run(agent, "again")
+    await asyncio.wait_for(cancelled.wait(), 10)  # the turn's running tool was cancelled
+    events = await run(agent, "again")  # and the session is free for the next turn
     assert events[-1].reply == "ok"
+    assert len(llm_server.requests) == 2  # the closed turn made no call after its tool
 
 
 async def test_agent_subagent_shares_turn_budget_and_cannot_spawn(
@@ -232,7 +250,7 @@ async def test_agent_subagent_shares_turn_budget_and_cannot_spawn(
         Args:
             task: the task
         """
-        captured["depth"] = ctx.depth
+        captured.setdefault("depths", []).append(ctx.depth)
         assert ctx.run_subagent is not None
         return await ctx.run_subagent(task, None, None)
 
@@ -248,18 +266,28 @@ async def test_agent_subagent_shares_turn_budget_and_cannot_spawn(
     sub_request = llm_server.requests[1]
     assert "delegate" not in {t["function"]["name"] for t in sub_request["tools"]}
     assert not llm_server.requests[4].get("tools")
+    assert captured["depths"] == [0]  # called once, by the main agent (sub-agents are depth 1)
 
 
 async def test_agent_turn_waiting_for_its_session_during_drain_is_refused(
     agent_factory: Callable[..., Any], llm_server: FakeLLMServer
 ) -> None:
     agent = await agent_factory()
-    llm_server.script(Reply(content="first done", delay=0.5), Reply(content="never"))
+    release = threading.Event()
+
+    def held(body: dict[str, Any]) -> Reply:  # runs in the server's thread
+        release.wait(30)
+        return Reply(content="first done")
+
+    llm_server.script(held, Reply(content="never"))
     first = asyncio.ensure_future(run(agent, "first"))
-    await asyncio.sleep(0.1)
-    second = asyncio.ensure_future(run(agent, "second"))  # waits for the session lock
-    await asyncio.sleep(0.1)
-    await agent.drain(5.0)
+    await asyncio.to_thread(llm_server.wait_for_requests, 1, 30)  # first holds the session
+    second = asyncio.ensure_future(run(agent, "second"))  # waits for the session
+    drain = asyncio.ensure_future(agent.drain(10.0))
+    # Tasks start in the order they were made: second is waiting and drain has begun by the
+    # time this thread hop returns; only then does the first turn's LLM call answer.
+    await asyncio.to_thread(release.set)
+    await drain
     assert (await first)[-1].reply == "first done"
     events = await second
     assert isinstance(events[-1], TurnFailed) and "shutting down" in events[-1].message
@@ -311,5 +339,18 @@ async def test_agent_forgets_session_locks_when_idle(
 ) -> None:
     agent = await agent_factory()
     llm_server.default = Reply(content="ok")
-    await asyncio.gather(*(run(agent, "hi", f"s{i}") for i in range(5)), run(agent, "again", "s0"))
-    assert agent._locks == {}  # noqa: SLF001 - no per-session state outlives its turns
+
+    def live_locks() -> int:
+        gc.collect()
+        return sum(isinstance(o, asyncio.Lock) for o in gc.get_objects())
+
+    await run(agent, "warm up", "warm")  # whatever the first turn creates once
+    before = live_locks()
+    sessions = 30
+    await asyncio.gather(
+        *(run(agent, "hi", f"s{i}") for i in range(sessions)), run(agent, "again", "s0")
+    )
+    # No per-session state outlives its turns: a long-running bot does not grow per session.
+    assert live_locks() - before < sessions // 3
+    _, history = await agent.memory.prompt_history("s0")
+    assert [m["role"] for m in history] == ["user", "assistant"] * 2  # s0 still ran in order
