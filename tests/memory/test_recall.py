@@ -89,10 +89,12 @@ async def test_recall_scope_isolation(memory: Memory) -> None:
         "d1", {"role": "user", "content": "my safe code is 9999"}, scope="user:42"
     )
     await memory.flush_index()
-    for hit in await memory.recall("safe code", scope="user:42", k=10):
-        assert "4711" not in hit.text
-    owner = await memory.recall("safe code", scope="owner", k=10)
-    assert owner and all("1234" not in h.text and "9999" not in h.text for h in owner)
+    bob = " | ".join(h.text for h in await memory.recall("safe code", scope="user:42", k=10))
+    assert "1234" in bob and "9999" in bob  # their memory and their message are found...
+    assert "4711" not in bob  # ...and nothing of the owner's
+    owner = " | ".join(h.text for h in await memory.recall("safe code", scope="owner", k=10))
+    assert "4711" in owner
+    assert "1234" not in owner and "9999" not in owner
     assert await memory.recall("safe code", scope="user:7", k=10) == []
 
 

@@ -137,8 +137,19 @@ async def test_registry_bad_arguments_return_short_error(
 
 async def test_registry_empty_arguments_mean_empty_object(tools_config, make_ctx) -> None:
     reg = sample_registry(tools_config())
-    result = await reg.execute(call("crashes", raw=""), make_ctx())
-    assert "failed unexpectedly (ZeroDivisionError)" in result.content
+
+    @reg.tool(level="allow")
+    async def defaults(word: str = "none", times: int = 1) -> str:
+        """Says what it was given."""
+        return f"{word} x{times}"
+
+    for raw in ("", "  \n", "{}"):
+        result = await reg.execute(call("defaults", raw=raw), make_ctx())
+        assert not result.is_error and "none x1" in result.content, raw  # ran with its defaults
+        missing = await reg.execute(call("greet", raw=raw), make_ctx())
+        # validated as the empty object: not a JSON error, just the missing required argument
+        assert missing.is_error and "'name' is a required property" in missing.content, raw
+        assert "not valid JSON" not in missing.content
 
 
 async def test_registry_tool_error_becomes_error_result(tools_config, make_ctx) -> None:
