@@ -23,7 +23,8 @@ import contextlib
 import functools
 import logging
 import os
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
@@ -51,8 +52,11 @@ class MCPManager:
         registry: ToolRegistry,
         *,
         environ: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.cfg = cfg
+        self._clock, self._sleep = clock, sleep  # for every server's restart backoff
         self.registry = registry
         self.environ: Mapping[str, str] = os.environ if environ is None else environ
         self.servers: dict[str, ServerConnection] = {}
@@ -76,7 +80,9 @@ class MCPManager:
         for spec in parsed.servers:
             if wanted is not None and spec.name not in wanted:
                 continue
-            server = ServerConnection(spec, self.cfg, self.environ, self._register)
+            server = ServerConnection(
+                spec, self.cfg, self.environ, self._register, clock=self._clock, sleep=self._sleep
+            )
             self.servers[spec.name] = server
             if spec.error:
                 log.error("MCP server %r skipped: %s", spec.name, spec.error)

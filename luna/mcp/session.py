@@ -11,7 +11,9 @@ Invariants:
 - ``call()`` never raises (except CancelledError): failures come back as error ToolResults
   written for the model. A lost session (crash, EOF, closed stream) restarts the server and
   retries that call once; consecutive failures back off 0, 1, 2, 4 ... 60 s, and a call waits
-  out at most ``MAX_WAIT_IN_CALL`` of backoff before reporting instead. A call past its timeout
+  out at most ``MAX_WAIT_IN_CALL`` of backoff before reporting instead. The backoff reads the
+  connection's ``clock`` and waits with its ``sleep`` (``time.monotonic`` and ``asyncio.sleep``
+  unless a test passes its own). A call past its timeout
   is cancelled (the SDK sends ``notifications/cancelled``) and reported.
 - ``notifications/tools/list_changed`` re-lists the tools and hands them to ``on_tools``.
 - ``stop_runner()`` cancels the runner's own cancel scope; the SDK then closes stdin and
@@ -25,7 +27,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,8 +103,13 @@ class ServerConnection:
         cfg: Config,
         environ: Mapping[str, str],
         on_tools: Callable[[ServerConnection, list[types.Tool]], None],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.spec = spec
+        self.clock = clock  # seconds, for the restart backoff
+        self.sleep = sleep  # waits out a backoff inside a call
         self.cfg = cfg
         self.environ = environ
         self.on_tools = on_tools  # registers the (new) tool list; sets tool_names
@@ -307,7 +314,7 @@ class ServerConnection:
     def _note_failure(self) -> None:
         self.failures += 1
         delay = 0.0 if self.failures <= 1 else min(2.0 ** (self.failures - 2), MAX_BACKOFF)
-        self.next_start_at = time.monotonic() + delay
+        self.next_start_at = self.clock() + delay
 
     async def _ensure_started(self) -> str | None:
         """Restart a dead server (honouring backoff). Returns a problem description or None."""
@@ -318,11 +325,11 @@ class ServerConnection:
                 return "Luna is shutting down"
             if not self.spec.enabled or self.spec.error:
                 return self.error or "disabled"
-            wait = self.next_start_at - time.monotonic()
+            wait = self.next_start_at - self.clock()
             if wait > MAX_WAIT_IN_CALL:
                 return f"{self.error or 'not running'}; next restart attempt in {wait:.0f} s"
             if wait > 0:
-                await asyncio.sleep(wait)
+                await self.sleep(wait)
             if await self.start_and_wait():
                 log_event(
                     "mcp_server", server=self.name, status="restarted", restarts=self.restarts

@@ -41,13 +41,15 @@ def mcp_cfg(luna_config: Callable[..., Config], tmp_path: Path) -> Callable[...,
 
 @pytest.fixture
 async def mcp_manager() -> AsyncIterator[Callable[..., MCPManager]]:
-    """Factory ``make(cfg, environ=None) -> (manager, registry)``; every manager is stopped."""
+    """Factory ``make(cfg, environ=None, **manager_kw) -> (manager, registry)``; all are stopped."""
     made: list[MCPManager] = []
 
-    def make(cfg: Config, environ: dict[str, str] | None = None) -> tuple[MCPManager, ToolRegistry]:
+    def make(
+        cfg: Config, environ: dict[str, str] | None = None, **manager_kw: Any
+    ) -> tuple[MCPManager, ToolRegistry]:
         registry = ToolRegistry(cfg)
         env = dict(os.environ) if environ is None else environ
-        manager = MCPManager(cfg, registry, environ=env)
+        manager = MCPManager(cfg, registry, environ=env, **manager_kw)
         made.append(manager)
         return manager, registry
 

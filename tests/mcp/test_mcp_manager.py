@@ -21,8 +21,8 @@ def ctx() -> ToolContext:
     )
 
 
-async def started(make, cfg: Config, environ: dict[str, str] | None = None):
-    manager, registry = make(cfg, environ)
+async def started(make, cfg: Config, environ: dict[str, str] | None = None, **manager_kw):
+    manager, registry = make(cfg, environ, **manager_kw)
     await manager.start()
     assert await manager.wait_ready(READY), "servers did not finish starting"
     return manager, registry
@@ -224,23 +224,46 @@ async def test_manager_large_result_goes_through_output_pipeline(mcp_cfg, mcp_ma
     assert "line 0 of the big output" in shaped.content  # head kept
 
 
+class ManualClock:
+    """A clock that moves only when slept on (or moved by the test); records each wait."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
 async def test_manager_failed_restarts_back_off_then_recover(
     mcp_cfg, mcp_manager, tmp_path
 ) -> None:
     flag = tmp_path / "broken"
     cfg = mcp_cfg({"echo": echo_entry(env={"ECHO_FLAG": str(flag)})})
-    manager, _ = await started(mcp_manager, cfg)
-    broken = await manager.call("echo__break_server", {})
+    clock = ManualClock()
+    manager, _ = await started(mcp_manager, cfg, clock=clock, sleep=clock.sleep)
+    broken = await manager.call("echo__break_server", {})  # lost, restarted at once, failed
     assert broken.is_error and "unavailable" in broken.content
     assert "broken on purpose" in broken.content  # the server's stderr explains the failure
     (status,) = manager.status()
-    assert status.state == "failed"
-    again = await manager.call("echo__echo", {"text": "x"})  # waits out a short backoff
-    assert again.is_error and "unavailable" in again.content
+    assert status.state == "failed" and clock.slept == []
+    for _ in range(3):  # each failed start doubles the wait: 1, 2, 4 s, waited out in the call
+        again = await manager.call("echo__echo", {"text": "x"})
+        assert again.is_error and "unavailable" in again.content
+    assert clock.slept == [1.0, 2.0, 4.0]
+    # 8 s is more than a call waits out: it reports at once instead of sleeping.
+    soon = await manager.call("echo__echo", {"text": "x"})
+    assert soon.is_error and "next restart attempt in 8 s" in soon.content
+    assert clock.slept == [1.0, 2.0, 4.0]
     flag.unlink()
+    clock.now += 8.0
     healed = await manager.call("echo__echo", {"text": "healed"})
     assert (healed.content, healed.is_error) == ("healed", False)
-    assert manager.status()[0].state == "running"
+    assert manager.status()[0].state == "running" and clock.slept == [1.0, 2.0, 4.0]
 
 
 async def test_manager_concurrent_calls_share_one_session(mcp_cfg, mcp_manager) -> None:
