@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from mcp_helpers import HANGING, PY, child_pids, echo_entry, is_alive
@@ -22,23 +23,49 @@ def luna_env(tmp_path: Path, endpoint: str) -> dict[str, str]:
     return data_env(tmp_path, endpoint, LUNA_CONFIG=str(tmp_path / "config.toml"))
 
 
-def wait_for_servers(proc: subprocess.Popen[str], count: int) -> set[int]:
-    """PIDs of the first ``count`` child processes of ``proc`` (the MCP servers)."""
+def echo_is_running(tmp_path: Path) -> Callable[[], bool]:
+    """True once Luna's event log says the echo server finished its handshake."""
+
+    def check() -> bool:
+        for log in (tmp_path / "data" / "logs").glob("luna-*.jsonl"):
+            for line in log.read_text().splitlines():
+                try:
+                    event = json.loads(line)
+                except json.JSONDecodeError:  # a line still being written
+                    continue
+                if event.get("event") == "mcp_server" and event.get("server") == "echo":
+                    if event.get("status") == "running":
+                        return True
+        return False
+
+    return check
+
+
+def echo_is_sleeping(tmp_path: Path) -> Callable[[], bool]:
+    """True once the echo server's stderr (kept by Luna) says its sleep tool is running."""
+    log = tmp_path / "data" / "logs" / "mcp" / "echo.log"
+    return lambda: log.exists() and "echo_server: sleeping" in log.read_text()
+
+
+def wait_for_servers(
+    proc: subprocess.Popen[str], count: int, ready: Callable[[], bool]
+) -> set[int]:
+    """PIDs of ``proc``'s first ``count`` child processes (the MCP servers), once ``ready``."""
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
-        kids = child_pids(proc.pid)
-        if len(kids) >= count:
-            time.sleep(1.0)  # let the echo server finish its handshake
+        if len(child_pids(proc.pid)) >= count and ready():
             return child_pids(proc.pid)
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
         time.sleep(0.05)
-    raise AssertionError(f"Luna did not start {count} MCP server processes")
+    raise AssertionError(f"Luna did not start {count} MCP server processes and get ready")
 
 
-def sigterm_after_servers(proc: subprocess.Popen[str], count: int) -> set[int]:
-    """Wait for ``count`` MCP servers, SIGTERM ``proc``, wait for it; the servers' PIDs."""
+def sigterm_after_servers(
+    proc: subprocess.Popen[str], count: int, ready: Callable[[], bool]
+) -> set[int]:
+    """Wait for ``count`` MCP servers and ``ready``, SIGTERM ``proc``, wait; the servers' PIDs."""
     try:
-        pids = wait_for_servers(proc, count)
+        pids = wait_for_servers(proc, count, ready)
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
     finally:
@@ -64,7 +91,8 @@ def test_mcp_sigterm_to_repl_stops_every_server(tmp_path: Path, llm_server: Fake
         stderr=subprocess.PIPE,
         text=True,
     )
-    pids = sigterm_after_servers(proc, 2)  # echo (running) and hang (still starting)
+    # echo (running) and hang (still starting)
+    pids = sigterm_after_servers(proc, 2, echo_is_running(tmp_path))
     assert proc.returncode == 0, proc.stderr.read() if proc.stderr else ""
     assert_all_gone(pids)
 
@@ -79,6 +107,6 @@ def test_mcp_sigterm_to_cli_call_stops_the_server(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
-    pids = sigterm_after_servers(proc, 1)
+    pids = sigterm_after_servers(proc, 1, echo_is_sleeping(tmp_path))  # mid-call
     assert proc.returncode == 143, proc.stderr.read() if proc.stderr else ""
     assert_all_gone(pids)

@@ -58,6 +58,7 @@ def big(n: int) -> str:
 @mcp.tool()
 async def sleep(seconds: float) -> str:
     """Sleep, then answer."""
+    print(f"echo_server: sleeping {seconds}", file=sys.stderr, flush=True)  # tests wait on it
     await asyncio.sleep(seconds)
     return f"slept {seconds}"
 
