@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from luna.memory import Memory
-from luna.memory.store import MIGRATIONS, Store
+from luna.memory.store import Store
 
 
 async def test_context_attached_once_and_replayed(memory: Memory) -> None:
@@ -34,7 +34,6 @@ def test_context_cannot_be_rewritten_and_content_stays_frozen(tmp_path) -> None:
         with pytest.raises(Exception, match="append-only"):
             store.conn.execute(sql)
     assert store.query("SELECT content, context FROM messages") == [("hello", "first")]
-    assert MIGRATIONS[-1][0] == "m004_context_set_once"
     store.close()
 
 

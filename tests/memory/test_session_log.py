@@ -103,10 +103,36 @@ def test_migrations_on_blank_database(tmp_path: Path) -> None:
     store.close()
 
 
+def _schema(store: Store) -> list[tuple]:
+    """Every table, index and trigger with its SQL: what a database's schema is."""
+    return store.query(
+        "SELECT type, name, tbl_name, sql FROM sqlite_master "
+        "WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name"
+    )
+
+
+def test_migrations_bring_a_database_from_any_release_to_the_fresh_schema(tmp_path: Path) -> None:
+    fresh = Store(tmp_path / "fresh.db")
+    fresh.migrate()
+    expected = _schema(fresh)
+    fresh.close()
+    assert {row[1] for row in expected} >= {"sessions", "messages", "memories"}
+    for done in range(1, len(MIGRATIONS)):  # a database left at each earlier release
+        path = tmp_path / f"at-{done}.db"
+        old = Store(path)
+        old.migrate(MIGRATIONS[:done])
+        old.close()
+        upgraded = Store(path)
+        assert upgraded.migrate() == [name for name, _ in MIGRATIONS[done:]]
+        assert upgraded.applied_migrations() == [name for name, _ in MIGRATIONS]
+        assert _schema(upgraded) == expected, f"upgraded from {done} migrations"
+        upgraded.close()
+
+
 async def test_migrations_upgrade_old_database_and_index_its_messages(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     old = Store(path)
-    assert old.migrate(MIGRATIONS[:1]) == ["m001_session_log"]
+    assert old.migrate(MIGRATIONS[:1]) == [MIGRATIONS[0][0]]
     old.conn.execute("INSERT INTO sessions VALUES ('s', 'owner', '2025-01-01T00:00:00+00:00')")
     old.conn.execute(
         "INSERT INTO messages (session_id, role, content, created_at) VALUES "
