@@ -6,7 +6,10 @@ line for any of them and log the traceback for the operator::
     LunaError
     ├── ConfigError        bad config.toml / environment value (exit code 2)
     ├── LLMError           the model endpoint failed
-    │   └── LLMUnreachableError   connection refused / DNS / timeout on connect
+    │   ├── LLMUnreachableError     connection refused / DNS / timeout on connect
+    │   ├── LLMContextOverflowError the prompt does not fit the server's context
+    │   └── LLMRejectedError        the server refused this request (a 4xx, or a 500 that
+    │                               retrying cannot fix: e.g. a history its template rejects)
     ├── ToolError          a tool could not run (shown to the model as a result)
     ├── MCPError           an MCP server could not start or answer
     └── MemoryStoreError   the database or embedding model failed
@@ -35,6 +38,23 @@ class LLMError(LunaError):
 
 class LLMUnreachableError(LLMError):
     """The LLM endpoint could not be reached at all."""
+
+
+class LLMContextOverflowError(LLMError):
+    """The prompt does not fit the server's context (``exceed_context_size_error``)."""
+
+    def __init__(self, message: str, *, n_prompt_tokens: int | None, n_ctx: int | None) -> None:
+        super().__init__(message)
+        self.n_prompt_tokens = n_prompt_tokens
+        self.n_ctx = n_ctx
+
+
+class LLMRejectedError(LLMError):
+    """The server refused the request as it is; sending it again unchanged would fail again."""
+
+    def __init__(self, message: str, *, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class ToolError(LunaError):

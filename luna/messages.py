@@ -42,10 +42,14 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class Usage:
+    """Token counts of one LLM call; ``cached`` + ``prefilled`` = ``prompt`` on llama-server."""
+
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
-    cached_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens served from the server's KV cache
+    prefilled_tokens: int = 0  # prompt tokens the server had to process (timings.prompt_n)
+    prompt_ms: float = 0.0  # time the server spent on them (timings.prompt_ms)
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,11 @@ class LLMResponse:
     finish_reason: str | None = None
     latency_s: float = 0.0
     model: str = ""
+
+    @property
+    def is_truncated(self) -> bool:
+        """The reply hit max_tokens: its last tool call may be cut off mid-arguments."""
+        return self.finish_reason == "length"
 
 
 @dataclass(frozen=True)
@@ -81,7 +90,6 @@ class InboundMessage:
     scope: str = "owner"
     allow_tools: bool = True
     approver: Approver | None = None
-    message_id: str | None = None
 
 
 # ---- events a turn emits while it runs -------------------------------------------------

@@ -60,12 +60,14 @@ class LLMConfig(Section):
     model: NonEmpty = DEFAULT_MODEL
     api_key: str = Field("", repr=False)  # secret: LLM_API_KEY only
     timeout: Seconds = 600.0
+    first_byte_timeout: Seconds = 300.0
     connect_timeout: Annotated[float, Field(gt=0, le=300)] = 5.0
     max_retries: Annotated[int, Field(ge=0, le=10)] = 3
     retry_backoff: Annotated[float, Field(ge=0, le=60)] = 1.0
     temperature: Annotated[float, Field(ge=0, le=2)] = 0.7
     max_tokens: Annotated[int, Field(ge=1, le=1_000_000)] = 4096
     context_tokens: Annotated[int, Field(ge=256, le=10_000_000)] = 131072
+    history_reasoning: Literal["keep", "turn", "drop"] = "keep"
     embedded_fallback: bool = True
     embedded_port: Annotated[int, Field(ge=0, le=65535)] = 8011
 

@@ -4,13 +4,20 @@ Job: send chat requests (plain or streaming, with tools) to llama-server or any
 OpenAI-compatible server and return a structured :class:`~luna.messages.LLMResponse`.
 
 Invariants:
-- Messages are normalized before sending: exactly one leading system message (later system
-  messages are merged into it), ``""`` never ``null`` for content, tool calls in wire form.
-- Connect errors, HTTP 5xx and 429 are retried with exponential backoff (``llm.max_retries``,
-  ``llm.retry_backoff``); a stream is only retried before it has produced anything.
-- Every openai/httpx exception is translated here, once, into ``LLMUnreachableError`` (one
-  line naming the URL and the fix) or ``LLMError``; decisions use types and status codes.
-- Leaked ``<think>`` / tool-call markup never reaches the caller (see ``luna.llm_markup``).
+- Every request goes through :func:`luna.llm.wire.normalize_messages` (valid UTF-8, one system
+  message, tool-call arguments that parse as JSON objects, no ``null`` content or reasoning).
+- Connection errors, HTTP 429, 502, 503 and 504 are retried with exponential backoff
+  (``llm.max_retries``, ``llm.retry_backoff``). A llama-server that answers 503 because it is
+  still loading its model is waited for (up to ``llm.timeout``) and the caller is told once.
+  A stream is only retried before it has produced anything.
+- Other refusals are not retried: HTTP 400 ``exceed_context_size_error`` becomes
+  ``LLMContextOverflowError`` (with the server's token counts), other 4xx and HTTP 500 become
+  ``LLMRejectedError``: the same request would fail the same way.
+- ``llm.timeout`` bounds the whole response, keep-alive comments included; a stream must
+  start (first byte, llama-server's prompt progress counts) within ``llm.first_byte_timeout``.
+- Every openai/httpx exception is translated here, once, into one line naming the URL and the
+  fix; decisions use types, status codes and the server's structured error type.
+- Leaked ``<think>`` / tool-call markup never reaches the caller (see ``luna.llm.markup``).
 - One ``llm_call`` event is logged per call. The API key only travels in the Authorization
   header.
 """
@@ -18,76 +25,59 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import openai
 
 from luna.config import LLMConfig
-from luna.errors import LLMError, LLMUnreachableError
-from luna.llm.markup import StreamFilter, clean_reply, new_call_id
+from luna.errors import LLMContextOverflowError, LLMError, LLMRejectedError, LLMUnreachableError
+from luna.llm.markup import StreamFilter, clean_reply
+from luna.llm.stream import Progress, StreamAccumulator, reasoning_of, usage_of
+from luna.llm.transport import Utf8RepairingTransport
+from luna.llm.wire import new_call_id, normalize_messages
 from luna.messages import LLMResponse, ToolCall, Usage
 from luna.observe import log_event
 
 _log = logging.getLogger(__name__)
 
 TextCallback = Callable[[str], Awaitable[None]]
+ProgressCallback = Callable[[Progress], Awaitable[None]]
 NO_KEY = "sk-no-key-required"
 MAX_RETRY_AFTER = 30.0
+RETRY_STATUS = frozenset({429, 502, 503, 504})
+LOADING_POLL = 1.0
+WAITING_FOR_LOAD = "the LLM server is still loading its model; waiting…"
 
 
-# ---- message normalization -----------------------------------------------------------------
+@dataclass(frozen=True)
+class ServerInfo:
+    """What llama-server says about itself in ``/props`` (None for other servers)."""
 
+    n_ctx: int | None
+    total_slots: int | None
+    supports_preserve_reasoning: bool
+    build: str
 
-def _text_of(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # content parts
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return str(content)
-
-
-def _wire_tool_call(tc: Any) -> dict[str, Any]:
-    if isinstance(tc, ToolCall):
-        return tc.to_wire()
-    fn = dict(tc.get("function") or {})
-    args = fn.get("arguments")
-    if not isinstance(args, str):
-        fn["arguments"] = json.dumps(args if args is not None else {}, ensure_ascii=False)
-    return {"id": tc.get("id") or new_call_id(), "type": "function", "function": fn}
-
-
-def normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The message list as strict servers (llama.cpp, Qwen templates) accept it."""
-    system: list[str] = []
-    rest: list[dict[str, Any]] = []
-    for message in messages:
-        m = dict(message)
-        role = m.get("role")
-        if role == "system":
-            text = _text_of(m.get("content"))
-            if text:
-                system.append(text)
-            continue
-        if m.get("content") is None:
-            m["content"] = ""
-        if role == "assistant":
-            calls = m.get("tool_calls")
-            if calls:
-                m["tool_calls"] = [_wire_tool_call(tc) for tc in calls]
-            else:
-                m.pop("tool_calls", None)
-        rest.append(m)
-    if system:
-        return [{"role": "system", "content": "\n\n".join(system)}, *rest]
-    return rest
+    @classmethod
+    def from_props(cls, props: dict[str, Any]) -> ServerInfo:
+        settings = props.get("default_generation_settings") or {}
+        caps = props.get("chat_template_caps") or {}
+        n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else None
+        slots = props.get("total_slots")
+        return cls(
+            n_ctx=n_ctx if isinstance(n_ctx, int) else None,
+            total_slots=slots if isinstance(slots, int) else None,
+            supports_preserve_reasoning=bool(
+                isinstance(caps, dict) and caps.get("supports_preserve_reasoning")
+            ),
+            build=str(props.get("build_info") or ""),
+        )
 
 
 # ---- error translation ---------------------------------------------------------------------
@@ -116,19 +106,33 @@ def _connect_reason(exc: BaseException) -> str | None:
     return "connection failed"
 
 
-def _status_message(exc: openai.APIStatusError) -> str:
+def _error_object(exc: openai.APIStatusError) -> dict[str, Any]:
     body = exc.body
     if isinstance(body, dict):
         err = body.get("error", body)
-        msg = err.get("message") if isinstance(err, dict) else err
-        if msg:
-            return str(msg)[:200]
-    return exc.response.reason_phrase or "error"
+        if isinstance(err, dict):
+            return err
+        return {"message": str(err)}
+    return {}
+
+
+def _status_message(exc: openai.APIStatusError) -> str:
+    msg = _error_object(exc).get("message")
+    return str(msg)[:200] if msg else (exc.response.reason_phrase or "error")
+
+
+def _is_loading(exc: BaseException) -> bool:
+    """llama-server's 503 while it loads the model (``type: unavailable_error``)."""
+    return (
+        isinstance(exc, openai.APIStatusError)
+        and exc.status_code == 503
+        and _error_object(exc).get("type") == "unavailable_error"
+    )
 
 
 def _is_retryable(exc: BaseException) -> bool:
     if isinstance(exc, openai.APIStatusError):
-        return exc.status_code == 429 or exc.status_code >= 500
+        return exc.status_code in RETRY_STATUS
     return _connect_reason(exc) is not None
 
 
@@ -142,6 +146,10 @@ def _retry_after(exc: BaseException) -> float | None:
     return None
 
 
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 # ---- the client ----------------------------------------------------------------------------
 
 
@@ -151,9 +159,13 @@ class LLMClient:
     def __init__(self, cfg: LLMConfig) -> None:
         self.cfg = cfg
         self.endpoint = cfg.endpoint.rstrip("/")
+        self.root_url = self.endpoint.removesuffix("/v1")
         self.model = cfg.model
         self._timeout = httpx.Timeout(cfg.timeout, connect=cfg.connect_timeout)
-        self._http = httpx.AsyncClient(timeout=self._timeout)
+        self._stream_timeout = httpx.Timeout(cfg.first_byte_timeout, connect=cfg.connect_timeout)
+        self._http = httpx.AsyncClient(
+            timeout=self._timeout, trust_env=False, transport=Utf8RepairingTransport()
+        )
         self._client = openai.AsyncOpenAI(
             base_url=self.endpoint,
             api_key=cfg.api_key or NO_KEY,
@@ -161,10 +173,56 @@ class LLMClient:
             timeout=self._timeout,
             http_client=self._http,
         )
+        self._info: ServerInfo | None = None
+        self._info_checked = False
 
     async def close(self) -> None:
         await self._client.close()
         await self._http.aclose()
+
+    # -- server facts (llama-server only)
+    async def server_info(self, *, refresh: bool = False) -> ServerInfo | None:
+        """llama-server's ``/props`` facts, fetched once; None for other servers or when down."""
+        if self._info_checked and not refresh:
+            return self._info
+        headers = {"Authorization": f"Bearer {self.cfg.api_key}"} if self.cfg.api_key else {}
+        try:
+            r = await self._http.get(f"{self.root_url}/props", headers=headers, timeout=10.0)
+            props = r.json() if r.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return self._info  # unknown for now; ask again next time
+        self._info_checked = True
+        is_llama = isinstance(props, dict) and "default_generation_settings" in props
+        self._info = ServerInfo.from_props(props) if is_llama else None
+        return self._info
+
+    async def render(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> str:
+        """The prompt text llama-server makes of a request (``/apply-template``, no generation).
+
+        Raises LLMRejectedError when the server's template refuses the messages.
+        """
+        body: dict[str, Any] = {"messages": normalize_messages(messages)}
+        if tools:
+            body["tools"] = tools
+        body.update(await self._extra_body())
+        headers = {"Authorization": f"Bearer {self.cfg.api_key}"} if self.cfg.api_key else {}
+        try:
+            r = await self._http.post(f"{self.root_url}/apply-template", json=body, headers=headers)
+        except httpx.HTTPError as e:
+            raise self._translate(e) from e
+        if r.status_code != 200:
+            try:
+                err = r.json().get("error") or {}
+            except ValueError:
+                err = {}
+            message = str(err.get("message") or r.reason_phrase)[:200]
+            raise LLMRejectedError(
+                f"the LLM at {self.endpoint} cannot render this history: {message}",
+                status=r.status_code,
+            )
+        return str(r.json().get("prompt", ""))
 
     # -- public calls
     async def chat(
@@ -175,12 +233,23 @@ class LLMClient:
         temperature: float | None = None,
         max_tokens: int | None = None,
         response_format: dict[str, Any] | None = None,
+        tool_choice: str | None = None,
+        on_status: TextCallback | None = None,
     ) -> LLMResponse:
         """One non-streaming completion."""
-        params = self._params(messages, tools, temperature, max_tokens, response_format)
+        params = await self._params(
+            messages, tools, temperature, max_tokens, response_format, tool_choice
+        )
         start = time.perf_counter()
         try:
-            raw = await self._with_retries(lambda: self._client.chat.completions.create(**params))
+            async with asyncio.timeout(self.cfg.timeout):
+                raw = await self._with_retries(
+                    lambda: self._client.chat.completions.create(**params), on_status
+                )
+        except TimeoutError as e:
+            err = self._timed_out()
+            self._log_call(None, start, stream=False, error=err)
+            raise err from e
         except LLMError as e:
             self._log_call(None, start, stream=False, error=e)
             raise
@@ -197,13 +266,14 @@ class LLMClient:
         ]
         response = self._finish(
             content=(msg.content or "") if msg else "",
-            reasoning=_reasoning_of(msg),
+            reasoning=reasoning_of(msg),
             calls=calls,
             tools=tools,
             finish_reason=choice.finish_reason if choice else None,
-            usage=_usage(raw.usage, getattr(raw, "timings", None)),
+            usage=usage_of(raw.usage, getattr(raw, "timings", None)),
             model=raw.model or self.model,
             start=start,
+            untrusted=_untrusted_texts(messages),
         )
         self._log_call(response, start, stream=False)
         return response
@@ -217,124 +287,103 @@ class LLMClient:
         max_tokens: int | None = None,
         on_text: TextCallback | None = None,
         on_reasoning: TextCallback | None = None,
+        on_progress: ProgressCallback | None = None,
+        on_status: TextCallback | None = None,
         response_format: dict[str, Any] | None = None,
+        tool_choice: str | None = None,
     ) -> LLMResponse:
-        """A streaming completion; text and reasoning deltas go to the callbacks as they come."""
-        params = self._params(messages, tools, temperature, max_tokens, response_format)
+        """A streaming completion; text, reasoning and prompt progress go to the callbacks."""
+        params = await self._params(
+            messages, tools, temperature, max_tokens, response_format, tool_choice
+        )
         params["stream"] = True
         params["stream_options"] = {"include_usage": True}
+        params["timeout"] = self._stream_timeout
+        if await self.server_info() is not None:
+            params.setdefault("extra_body", {})["return_progress"] = True
         start = time.perf_counter()
+        untrusted = _untrusted_texts(messages)
+        acc = StreamAccumulator(model=self.model, filter=StreamFilter(untrusted=untrusted))
         try:
-            stream = await self._with_retries(
-                lambda: self._client.chat.completions.create(**params)
-            )
+            async with asyncio.timeout(self.cfg.timeout):
+                await self._consume(params, acc, on_text, on_reasoning, on_progress, on_status)
+        except TimeoutError as e:
+            err = self._timed_out()
+            self._log_call(None, start, stream=True, error=err)
+            raise err from e
         except LLMError as e:
             self._log_call(None, start, stream=True, error=e)
             raise
-        content: list[str] = []
-        reasoning: list[str] = []
-        calls: dict[int, dict[str, str]] = {}
-        finish_reason: str | None = None
-        raw_usage: Any = None
-        timings: Any = None
-        model = self.model
-        filt = StreamFilter()
-        try:
-            async for chunk in stream:
-                model = chunk.model or model
-                raw_usage = chunk.usage or raw_usage
-                timings = getattr(chunk, "timings", None) or timings
-                for choice in chunk.choices or []:
-                    if choice.finish_reason:
-                        finish_reason = choice.finish_reason
-                    delta = choice.delta
-                    if delta is None:
-                        continue
-                    think = _reasoning_of(delta)
-                    if think:
-                        reasoning.append(think)
-                        if on_reasoning:
-                            await on_reasoning(think)
-                    if delta.content:
-                        content.append(delta.content)
-                        visible, hidden = filt.feed(delta.content)
-                        if visible and on_text:
-                            await on_text(visible)
-                        if hidden and on_reasoning:
-                            await on_reasoning(hidden)
-                    for tc in delta.tool_calls or []:
-                        slot = calls.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
-                        if tc.id:
-                            slot["id"] = tc.id
-                        if tc.function is not None:
-                            slot["name"] += tc.function.name or ""
-                            slot["arguments"] += tc.function.arguments or ""
-            visible, hidden = filt.flush()
-            if visible and on_text:
-                await on_text(visible)
-            if hidden and on_reasoning:
-                await on_reasoning(hidden)
-        except (openai.APIError, httpx.HTTPError) as e:
-            err = self._translate(e)
-            self._log_call(None, start, stream=True, error=err)
-            raise err from e
-        finally:
-            await stream.close()
-        if finish_reason is None:
+        if acc.finish_reason is None:
             err = LLMError(
                 f"the stream from the LLM at {self.endpoint} ended before the reply was complete"
             )
             self._log_call(None, start, stream=True, error=err)
             raise err
         response = self._finish(
-            content="".join(content),
-            reasoning="".join(reasoning),
-            calls=[
-                ToolCall(id=s["id"] or new_call_id(), name=s["name"], arguments=s["arguments"])
-                for _, s in sorted(calls.items())
-                if s["name"]
-            ],
+            content="".join(acc.content),
+            reasoning="".join(acc.reasoning),
+            calls=acc.tool_calls(),
             tools=tools,
-            finish_reason=finish_reason,
-            usage=_usage(raw_usage, timings),
-            model=model,
+            finish_reason=acc.finish_reason,
+            usage=acc.usage(),
+            model=acc.model,
             start=start,
+            untrusted=untrusted,
         )
-        if on_text and not filt.released and response.content and not response.tool_calls:
+        if on_text and not acc.filter.released and response.content and not response.tool_calls:
             await on_text(response.content)  # reasoning fallback: the user must see something
         self._log_call(response, start, stream=True)
         return response
 
-    # -- probes for `luna doctor`
-    async def list_models(self) -> list[str]:
-        """Model ids the endpoint serves (GET /v1/models)."""
-        page = await self._with_retries(self._client.models.list, retries=0)
-        return [m.id for m in page.data]
-
-    async def server_props(self) -> dict[str, Any] | None:
-        """llama.cpp's ``/props`` (at the server root); None when the server has none."""
-        root = self.endpoint.removesuffix("/v1")
-        headers = {"Authorization": f"Bearer {self.cfg.api_key}"} if self.cfg.api_key else {}
+    async def _consume(
+        self,
+        params: dict[str, Any],
+        acc: StreamAccumulator,
+        on_text: TextCallback | None,
+        on_reasoning: TextCallback | None,
+        on_progress: ProgressCallback | None,
+        on_status: TextCallback | None,
+    ) -> None:
+        stream = await self._with_retries(
+            lambda: self._client.chat.completions.create(**params), on_status
+        )
         try:
-            r = await self._http.get(f"{root}/props", headers=headers)
-        except httpx.HTTPError as e:
+            async for chunk in _chunks(stream):
+                shown = acc.feed(chunk)
+                if shown.progress is not None and on_progress:
+                    await on_progress(shown.progress)
+                if shown.reasoning and on_reasoning:
+                    await on_reasoning(shown.reasoning)
+                if shown.text and on_text:
+                    await on_text(shown.text)
+            tail = acc.flush()
+            if tail.text and on_text:
+                await on_text(tail.text)
+            if tail.reasoning and on_reasoning:
+                await on_reasoning(tail.reasoning)
+        except (openai.APIError, httpx.HTTPError) as e:
             raise self._translate(e) from e
-        if r.status_code != 200:
-            return None
-        try:
-            data = r.json()
-        except ValueError:
-            return None
-        return data if isinstance(data, dict) else None
+        finally:
+            await stream.close()
 
     # -- internals
-    def _params(
+    async def _extra_body(self) -> dict[str, Any]:
+        """llama-server-only request fields (other servers may refuse unknown ones)."""
+        info = await self.server_info()
+        if info is None:
+            return {}
+        keep = self.cfg.history_reasoning == "keep"
+        return {"chat_template_kwargs": {"preserve_reasoning": keep}}
+
+    async def _params(
         self,
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None,
         temperature: float | None,
         max_tokens: int | None,
         response_format: dict[str, Any] | None,
+        tool_choice: str | None,
     ) -> dict[str, Any]:
         params: dict[str, Any] = {
             "model": self.model,
@@ -344,20 +393,36 @@ class LLMClient:
         }
         if tools:
             params["tools"] = tools
+            if tool_choice is not None:
+                params["tool_choice"] = tool_choice
         if response_format is not None:
             params["response_format"] = response_format
+        extra = await self._extra_body()
+        if extra:
+            params["extra_body"] = extra
         return params
 
     async def _with_retries(
-        self, call: Callable[[], Awaitable[Any]], retries: int | None = None
+        self, call: Callable[[], Awaitable[Any]], on_status: TextCallback | None = None
     ) -> Any:
-        retries = self.cfg.max_retries if retries is None else retries
         attempt = 0
+        told_loading = False
         while True:
             try:
                 return await call()
             except (openai.APIError, httpx.HTTPError) as e:
-                if attempt >= retries or not _is_retryable(e):
+                if _is_loading(e):
+                    # Bounded by the caller's llm.timeout deadline, not by max_retries: a big
+                    # model takes minutes to load.
+                    if not told_loading:
+                        told_loading = True
+                        _log.warning("LLM at %s is loading its model; waiting", self.endpoint)
+                        log_event("llm_wait", reason="loading", endpoint=self.endpoint)
+                        if on_status:
+                            await on_status(WAITING_FOR_LOAD)
+                    await asyncio.sleep(LOADING_POLL)
+                    continue
+                if attempt >= self.cfg.max_retries or not _is_retryable(e):
                     raise self._translate(e) from e
                 delay = _retry_after(e) or self.cfg.retry_backoff * (2**attempt)
                 attempt += 1
@@ -365,10 +430,16 @@ class LLMClient:
                     "LLM call failed (%s), retry %d/%d in %.2fs",
                     type(e).__name__,
                     attempt,
-                    retries,
+                    self.cfg.max_retries,
                     delay,
                 )
                 await asyncio.sleep(delay)
+
+    def _timed_out(self) -> LLMError:
+        return LLMError(
+            f"the LLM at {self.endpoint} did not finish within {self.cfg.timeout:g}s "
+            "(llm.timeout; raise it in config.toml for slow models)"
+        )
 
     def _translate(self, exc: BaseException) -> LLMError:
         reason = _connect_reason(exc)
@@ -378,22 +449,32 @@ class LLMClient:
                 "LLM_ENDPOINT / [llm] endpoint in config.toml"
             )
         if isinstance(exc, openai.APIStatusError):
-            hint = ""
-            if exc.status_code in (401, 403):
-                hint = " — check LLM_API_KEY"
-            elif exc.status_code == 404:
-                hint = " — check that [llm] endpoint ends with /v1 and [llm] model exists"
-            return LLMError(
-                f"the LLM at {self.endpoint} answered HTTP {exc.status_code}: "
-                f"{_status_message(exc)}{hint}"
-            )
+            return self._translate_status(exc)
         chain = _root_causes(exc)
         if any(isinstance(e, httpx.TimeoutException | openai.APITimeoutError) for e in chain):
             return LLMError(
-                f"the LLM at {self.endpoint} did not answer within {self.cfg.timeout:g}s "
-                "(raise [llm] timeout in config.toml for slow models)"
+                f"the LLM at {self.endpoint} sent nothing for {self.cfg.first_byte_timeout:g}s "
+                "(llm.first_byte_timeout; raise it for very long prompts)"
             )
         return LLMError(f"the LLM call to {self.endpoint} failed: {type(exc).__name__}: {exc}")
+
+    def _translate_status(self, exc: openai.APIStatusError) -> LLMError:
+        err = _error_object(exc)
+        status = exc.status_code
+        text = f"the LLM at {self.endpoint} answered HTTP {status}: {_status_message(exc)}"
+        if status == 400 and err.get("type") == "exceed_context_size_error":
+            return LLMContextOverflowError(
+                text,
+                n_prompt_tokens=_int_or_none(err.get("n_prompt_tokens")),
+                n_ctx=_int_or_none(err.get("n_ctx")),
+            )
+        if status in (401, 403):
+            return LLMError(f"{text} — check LLM_API_KEY")
+        if status == 404:
+            return LLMError(f"{text} — check that [llm] endpoint ends with /v1 and [llm] model")
+        if status in (400, 422, 500):
+            return LLMRejectedError(text, status=status)
+        return LLMError(text)
 
     def _finish(
         self,
@@ -406,17 +487,21 @@ class LLMClient:
         usage: Usage | None,
         model: str,
         start: float,
+        untrusted: list[str],
     ) -> LLMResponse:
-        text, thought, recovered, fallback = clean_reply(content, reasoning, tools)
+        text, thought, recovered, fallback = clean_reply(
+            content, reasoning, tools, untrusted=untrusted
+        )
         if fallback and calls:  # real tool calls: no need to show the reasoning as the reply
             text = ""
         if recovered:
             _log.info("recovered %d tool call(s) written as text", len(recovered))
+            log_event("tool_calls_recovered", count=len(recovered))
             if not calls and finish_reason == "stop":
                 finish_reason = "tool_calls"
         return LLMResponse(
             content=text,
-            reasoning=thought,
+            reasoning=reasoning or thought,
             tool_calls=calls + recovered,
             usage=usage,
             finish_reason=finish_reason,
@@ -439,39 +524,30 @@ class LLMClient:
             prompt_tokens=usage.prompt_tokens if usage else None,
             completion_tokens=usage.completion_tokens if usage else None,
             cached_tokens=usage.cached_tokens if usage else None,
+            prefilled_tokens=usage.prefilled_tokens if usage else None,
+            prompt_ms=round(usage.prompt_ms, 1) if usage else None,
             latency_ms=round((time.perf_counter() - start) * 1000, 1),
             stream=stream,
             finish_reason=response.finish_reason if response else None,
             tool_calls=len(response.tool_calls) if response else 0,
             error=str(error) if error else None,
+            error_type=type(error).__name__ if error else None,
         )
 
 
-def _reasoning_of(obj: Any) -> str:
-    """reasoning_content (llama.cpp, DeepSeek) or reasoning (vLLM, OpenRouter)."""
-    if obj is None:
-        return ""
-    for name in ("reasoning_content", "reasoning"):
-        value = getattr(obj, name, None)
-        if isinstance(value, str) and value:
-            return value
-    return ""
+def _untrusted_texts(messages: list[dict[str, Any]]) -> list[str]:
+    """Prompt text that came from tools or the web: markup copied from it is never a call."""
+    return [str(m.get("content") or "") for m in messages if m.get("role") == "tool"]
 
 
-def _usage(raw: Any, timings: Any) -> Usage | None:
-    cached = 0
-    if isinstance(timings, dict) and isinstance(timings.get("cache_n"), int):
-        cached = timings["cache_n"]
-    if raw is None:
-        return Usage(cached_tokens=cached) if cached else None
-    details = getattr(raw, "prompt_tokens_details", None)
-    if details is not None and getattr(details, "cached_tokens", None):
-        cached = details.cached_tokens
-    prompt = raw.prompt_tokens or 0
-    completion = raw.completion_tokens or 0
-    return Usage(
-        prompt_tokens=prompt,
-        completion_tokens=completion,
-        total_tokens=raw.total_tokens or prompt + completion,
-        cached_tokens=cached,
-    )
+async def _chunks(stream: Any) -> AsyncIterator[Any]:
+    """The stream's chunks; a chunk that fails to decode ends the stream as an LLM error."""
+    iterator = stream.__aiter__()
+    while True:
+        try:
+            chunk = await iterator.__anext__()
+        except StopAsyncIteration:
+            return
+        except UnicodeDecodeError as e:  # invalid UTF-8 from the server
+            raise LLMError(f"the LLM sent text that is not UTF-8 ({e.reason})") from e
+        yield chunk

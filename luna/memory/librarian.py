@@ -28,6 +28,7 @@ from typing import Any
 
 from luna.config import Config
 from luna.errors import LLMError
+from luna.llm.markup import strip_think
 from luna.observe import log_event
 
 log = logging.getLogger(__name__)
@@ -56,15 +57,13 @@ replaced when the new fact makes it no longer true (e.g. "moved to Lisbon" repla
 Porto"). Facts that merely add detail replace nothing. Reply with one JSON object only:
 {"replaces": {"<new fact number>": [<existing ids it replaces>]}}"""
 
-_THINK = re.compile(r"<(think|thinking|reasoning)>.*?</\1>", re.S | re.I)
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S | re.I)
 
 
 def parse_json_object(text: str) -> dict[str, Any]:
     """The first JSON object in a model reply (think text, fences, prose around it); ValueError."""
-    text = _THINK.sub("", text or "")
-    text = re.sub(r"^.*?</(think|thinking|reasoning)>", "", text, flags=re.S | re.I)
-    candidates = [m.group(1) for m in _FENCE.finditer(text)] + [text]
+    text, thought = strip_think(text or "")
+    candidates = [m.group(1) for m in _FENCE.finditer(text)] + [text, thought]
     decoder = json.JSONDecoder()
     for cand in candidates:
         for start in [i for i, ch in enumerate(cand) if ch == "{"][:50]:

@@ -7,9 +7,12 @@ It plays llama.cpp's ``llama-server``: ``POST /v1/chat/completions`` (JSON or SS
 Invariants:
 - Replies are served in the order queued; when the queue is empty, ``server.default`` answers.
 - Every request body received on ``/v1/chat/completions`` is recorded (also rejected ones).
-- Like real servers, an assistant message with ``content: null`` (llama.cpp) and a system
-  message that is not the first message (Qwen chat templates) are answered with HTTP 500, so
-  client-side normalization is tested for real.
+- It refuses what the real llama-server (b11434, Qwen3.5 template) refuses, with the same
+  status and error type, so client-side normalization is tested for real (each case is also
+  sent to the real server by tests/llm/test_real_server.py): a system message that is not the
+  first (500), ``reasoning_content: null`` (500), tool-call arguments that are not a JSON
+  object (500), a lone surrogate in the JSON body (400), and a prompt longer than ``n_ctx``
+  (400 ``exceed_context_size_error`` with ``n_prompt_tokens`` and ``n_ctx``).
 - ``usage`` is computed from rough token counts when a reply does not give one; cached tokens
   are the common prefix with the previous request (like llama.cpp's prompt cache).
 
@@ -61,6 +64,9 @@ class Reply:
     chunk_size: int = 4
     headers: dict[str, str] = field(default_factory=dict)
     abort_after: int | None = None  # streaming: drop the connection after this many events
+    pings: int = 0  # streaming: SSE keep-alive comments sent before the first chunk
+    ping_interval: float = 0.0
+    raw_bytes: bytes | None = None  # streaming: sent as one SSE data line instead of content
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Reply:
@@ -201,18 +207,59 @@ class _Aborted(Exception):
 
 
 def validate_messages(body: dict[str, Any]) -> str | None:
-    """The error a strict llama.cpp/Qwen server would give, or None when acceptable."""
+    """The HTTP 500 message llama-server with the Qwen3.5 template gives, or None."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         return "'messages' must be a non-empty array"
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or "role" not in m:
             return f"message {i} has no role"
-        if m["role"] == "assistant" and "content" in m and m["content"] is None:
-            return "Expected 'content' to be a string or an array"  # llama.cpp wording
         if m["role"] == "system" and i != 0:
-            return "System message must be at the beginning."  # Qwen template wording
+            return "Jinja Exception: System message must be at the beginning."
+        if "reasoning_content" in m and not isinstance(m["reasoning_content"], str):
+            return "Failed to parse messages: reasoning_content must be a string"
+        for call in m.get("tool_calls") or []:
+            args = (call.get("function") or {}).get("arguments")
+            try:
+                ok = isinstance(json.loads(args), dict) if isinstance(args, str) else False
+            except json.JSONDecodeError:
+                ok = False
+            if not ok:
+                return "Failed to parse tool call arguments as JSON"
     return None
+
+
+def has_lone_surrogate(value: Any) -> bool:
+    """A string holding an unpaired surrogate, anywhere in the decoded body (llama-server: 400).
+
+    ``json.loads`` joins valid ``\\ud83d\\ude00`` pairs into one character and leaves lone ones.
+    """
+    if isinstance(value, str):
+        return any("\ud800" <= ch <= "\udfff" for ch in value)
+    if isinstance(value, list):
+        return any(has_lone_surrogate(v) for v in value)
+    if isinstance(value, dict):
+        return any(has_lone_surrogate(k) or has_lone_surrogate(v) for k, v in value.items())
+    return False
+
+
+def context_error(n_prompt: int, n_ctx: int) -> dict[str, Any]:
+    """llama-server's answer to a prompt that does not fit its context."""
+    return {
+        "error": {
+            "code": 400,
+            "message": f"request ({n_prompt} tokens) exceeds the available context size "
+            f"({n_ctx} tokens), try increasing it",
+            "type": "exceed_context_size_error",
+            "n_prompt_tokens": n_prompt,
+            "n_ctx": n_ctx,
+        }
+    }
+
+
+def loading_error() -> dict[str, Any]:
+    """llama-server's answer while it loads the model (HTTP 503)."""
+    return {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}
 
 
 def _tool_call_wire(tc: dict[str, Any], i: int) -> dict[str, Any]:
@@ -301,7 +348,7 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
                 return
             try:
                 body = json.loads(raw or b"{}")
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, UnicodeDecodeError):
                 self._error(400, "request body is not valid JSON")
                 return
             reply, cached = server._next_reply(
@@ -309,9 +356,16 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
             )
             if reply.delay:
                 time.sleep(reply.delay)
+            if has_lone_surrogate(body):
+                self._error(400, "invalid string: surrogate must be a pair")
+                return
             problem = validate_messages(body)
             if problem:
                 self._error(500, problem)
+                return
+            n_prompt = _usage(Reply(), body, 0)["prompt_tokens"]
+            if n_prompt >= server.n_ctx:
+                self._json(400, context_error(n_prompt, server.n_ctx))
                 return
             if reply.status != 200:
                 if reply.error_body is not None:
@@ -391,7 +445,16 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
                 n = max(1, reply.chunk_size)
                 return [text[i : i + n] for i in range(0, len(text), n)]
 
+            for _ in range(reply.pings):
+                self.wfile.write(b": ping\n\n")
+                self.wfile.flush()
+                time.sleep(reply.ping_interval)
             chunk({"role": "assistant", "content": None})
+            if reply.raw_bytes is not None:  # e.g. invalid UTF-8 inside a content delta
+                self.wfile.write(b'data: {"id":"x","object":"chat.completion.chunk","created":0,')
+                self.wfile.write(b'"model":"m","choices":[{"index":0,"delta":{"content":"')
+                self.wfile.write(reply.raw_bytes + b'"},"finish_reason":null}]}\n\n')
+                self.wfile.flush()
             for piece in pieces(reply.reasoning):
                 chunk({"reasoning_content": piece})
             for piece in reply.chunks if reply.chunks is not None else pieces(reply.content):

@@ -62,11 +62,12 @@ def test_fake_server_streams_sse_with_tool_call_pieces_and_usage(llm_server: Fak
     assert events[-3]["choices"][0]["finish_reason"] == "tool_calls"
 
 
-def test_fake_server_rejects_null_assistant_content_and_late_system(
-    llm_server: FakeLLMServer,
-) -> None:
-    bad_null = USER + [{"role": "assistant", "content": None}, {"role": "user", "content": "x"}]
-    r = httpx.post(f"{llm_server.url}/chat/completions", json={"messages": bad_null})
+def test_fake_server_refuses_what_llama_server_refuses(llm_server: FakeLLMServer) -> None:
+    null_content = USER + [{"role": "assistant", "content": None}, {"role": "user", "content": "x"}]
+    r = httpx.post(f"{llm_server.url}/chat/completions", json={"messages": null_content})
+    assert r.status_code == 200  # llama-server accepts null content (llama-cpp-python did not)
+    null_reasoning = USER + [{"role": "assistant", "content": "", "reasoning_content": None}]
+    r = httpx.post(f"{llm_server.url}/chat/completions", json={"messages": null_reasoning})
     assert r.status_code == 500
     bad_sys = USER + [{"role": "system", "content": "late"}]
     r = httpx.post(f"{llm_server.url}/chat/completions", json={"messages": bad_sys})

@@ -13,11 +13,15 @@ import pytest
 
 from luna import observe
 from luna.config import Config
-from luna.errors import LLMError, LLMUnreachableError
+from luna.errors import (
+    LLMContextOverflowError,
+    LLMError,
+    LLMRejectedError,
+    LLMUnreachableError,
+)
 from luna.llm.client import LLMClient, normalize_messages
-from luna.llm.markup import StreamFilter, clean_reply
 from luna.messages import ToolCall
-from tests.fakes.llm_server import FakeLLMServer, Reply
+from tests.fakes.llm_server import FakeLLMServer, Reply, loading_error
 
 USER = [{"role": "user", "content": "hi"}]
 TOOLS = [
@@ -207,16 +211,19 @@ async def test_llm_stream_keeps_plain_angle_brackets(
     assert "".join(col.text) == resp.content == "if a < b and x<t then <b>bold</b>"
 
 
-async def test_llm_normalization_avoids_server_500s(
+async def test_llm_normalization_avoids_server_refusals(
     client: LLMClient, llm_server: FakeLLMServer
 ) -> None:
     messages = [
         {"role": "system", "content": "You are Luna."},
-        {"role": "user", "content": "read it"},
+        {"role": "user", "content": "read it \ud800"},
         {
             "role": "assistant",
             "content": None,
-            "tool_calls": [ToolCall(id="c1", name="read_file", arguments='{"path": "a"}')],
+            "reasoning_content": None,
+            "tool_calls": [
+                ToolCall(id="c1", name="read_file", arguments='{"path": "a'),
+            ],
         },
         {"role": "tool", "tool_call_id": "c1", "content": "file text"},
         {"role": "system", "content": "Summary of earlier talk."},
@@ -227,29 +234,33 @@ async def test_llm_normalization_avoids_server_500s(
     sent = llm_server.requests[0]["messages"]
     assert [m["role"] for m in sent] == ["system", "user", "assistant", "tool", "user"]
     assert sent[0]["content"] == "You are Luna.\n\nSummary of earlier talk."
-    assert sent[2]["content"] == ""
+    assert sent[1]["content"] == "read it \ufffd"  # a lone surrogate, replaced visibly
+    assert sent[2]["content"] == "" and "reasoning_content" not in sent[2]
     assert sent[2]["tool_calls"] == [
-        {
-            "id": "c1",
-            "type": "function",
-            "function": {"name": "read_file", "arguments": '{"path": "a"}'},
-        }
-    ]
+        {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": "{}"}}
+    ]  # cut-off arguments are replayed as an empty object, never as broken JSON
     assert normalize_messages(messages) == sent
-    # The same messages sent raw are what the server rejects:
-    raw = [dict(m) for m in messages]
-    raw[2]["tool_calls"] = sent[2]["tool_calls"]
+    # Each thing normalization fixed is something the server refuses:
     async with httpx.AsyncClient(timeout=10) as h:
-        r = await h.post(f"{llm_server.url}/chat/completions", json={"messages": raw})
-        assert r.status_code == 500
+        for broken, status in (
+            ([messages[0], messages[5], messages[4], {"role": "user", "content": "x"}], 500),
+            ([{"role": "user", "content": "x"}, {**sent[2], "reasoning_content": None}], 500),
+            ([{**sent[2], "tool_calls": [{**sent[2]["tool_calls"][0], "function": {
+                "name": "read_file", "arguments": '{"path": "a'}}]}], 500),
+        ):  # fmt: skip
+            r = await h.post(f"{llm_server.url}/chat/completions", json={"messages": broken})
+            assert r.status_code == status, broken
+        raw = json.dumps({"messages": [{"role": "user", "content": "a\ud800"}]})
+        r = await h.post(f"{llm_server.url}/chat/completions", content=raw)
+        assert r.status_code == 400
         r = await h.post(f"{llm_server.url}/chat/completions", json={"messages": sent})
         assert r.status_code == 200
 
 
-async def test_llm_retries_500_and_429_then_succeeds(
+async def test_llm_retries_502_and_429_then_succeeds(
     client: LLMClient, llm_server: FakeLLMServer
 ) -> None:
-    llm_server.script(Reply(status=500), Reply(status=429), Reply(content="third time"))
+    llm_server.script(Reply(status=502), Reply(status=429), Reply(content="third time"))
     resp = await client.chat(USER)
     assert resp.content == "third time"
     assert len(llm_server.requests) == 3
@@ -261,12 +272,48 @@ async def test_llm_retries_500_and_429_then_succeeds(
 async def test_llm_gives_up_after_max_retries_with_status(
     client: LLMClient, llm_server: FakeLLMServer
 ) -> None:
-    llm_server.script(*[Reply(status=500, error_body={"error": {"message": "boom"}})] * 3)
+    llm_server.script(*[Reply(status=504, error_body={"error": {"message": "boom"}})] * 3)
     with pytest.raises(LLMError) as info:
         await client.chat(USER)
     assert not isinstance(info.value, LLMUnreachableError)
-    assert "HTTP 500" in str(info.value) and "boom" in str(info.value)
+    assert "HTTP 504" in str(info.value) and "boom" in str(info.value)
     assert len(llm_server.requests) == 3  # first try + max_retries=2
+
+
+async def test_llm_500_and_400_are_rejections_not_retried(
+    client: LLMClient, llm_server: FakeLLMServer
+) -> None:
+    # llama-server's 500s are deterministic (a history its template refuses): retrying the
+    # same request cannot help, so the caller gets a rejection to repair.
+    llm_server.script(Reply(status=500), Reply(content="never"))
+    with pytest.raises(LLMRejectedError) as info:
+        await client.chat(USER)
+    assert info.value.status == 500 and len(llm_server.requests) == 1
+
+
+async def test_llm_context_overflow_carries_the_servers_counts(
+    client: LLMClient, llm_server: FakeLLMServer
+) -> None:
+    big = [{"role": "user", "content": "word " * 9000}]  # > the fake's 8192-token context
+    for call in (client.chat(big), client.stream(big)):
+        with pytest.raises(LLMContextOverflowError) as info:
+            await call
+        assert info.value.n_ctx == 8192 and info.value.n_prompt_tokens > 8192
+
+
+async def test_llm_waits_while_the_server_loads_its_model(
+    client: LLMClient, llm_server: FakeLLMServer
+) -> None:
+    loading = Reply(status=503, error_body=loading_error())
+    llm_server.script(*[loading] * 5, Reply(content="loaded"))  # more 503s than max_retries
+    statuses: list[str] = []
+
+    async def on_status(text: str) -> None:
+        statuses.append(text)
+
+    resp = await client.chat(USER, on_status=on_status)
+    assert resp.content == "loaded" and len(llm_server.requests) == 6
+    assert statuses == ["the LLM server is still loading its model; waiting…"]  # said once
 
 
 async def test_llm_does_not_retry_400(client: LLMClient, llm_server: FakeLLMServer) -> None:
@@ -302,23 +349,24 @@ async def test_llm_read_timeout_is_llm_error(
     client = LLMClient(cfg)
     llm_server.script(Reply(content="late", delay=2.0))
     try:
-        with pytest.raises(LLMError, match="did not answer within") as info:
+        with pytest.raises(LLMError, match="did not finish within 0.3s") as info:
             await client.chat(USER)
         assert not isinstance(info.value, LLMUnreachableError)
     finally:
         await client.close()
 
 
-async def test_llm_probes_models_and_props(
-    client: LLMClient, llm_server: FakeLLMServer, luna_config: Callable[..., Config]
+async def test_llm_server_info_reads_llama_server_props(
+    client: LLMClient, luna_config: Callable[..., Config]
 ) -> None:
-    assert await client.list_models() == [llm_server.model]
-    props = await client.server_props()
-    assert props is not None and props["default_generation_settings"]["n_ctx"] == 8192
+    info = await client.server_info()
+    assert info is not None and info.n_ctx == 8192 and info.total_slots == 1
     with FakeLLMServer(props=False) as bare:
-        other = LLMClient(luna_config().llm.model_copy(update=dict(endpoint=bare.url)))
+        other = LLMClient(luna_config().llm.model_copy(update={"endpoint": bare.url}))
         try:
-            assert await other.server_props() is None
+            assert await other.server_info() is None  # not llama-server: no llama.cpp fields
+            await other.chat(USER)
+            assert "chat_template_kwargs" not in bare.requests[0]  # nor llama.cpp extras
         finally:
             await other.close()
 
@@ -334,15 +382,6 @@ async def test_llm_sends_api_key_only_as_bearer(
         await client.close()
     assert "sekrit-key-123" not in json.dumps(llm_server.requests)
     assert llm_server.headers[0].get("authorization") == "Bearer sekrit-key-123"
-
-
-def test_llm_markup_stream_filter_matches_clean_reply() -> None:
-    raw = '<think>a</think>Hello <world> <tool_call>{"name": "f", "arguments": {}}</tool_call>'
-    f = StreamFilter()
-    shown = "".join(f.feed(ch)[0] for ch in raw) + f.flush()[0]
-    content, reasoning, calls, _ = clean_reply(raw, "")
-    assert shown.strip() == content == "Hello <world>"
-    assert reasoning == "a" and [c.name for c in calls] == ["f"]
 
 
 async def test_llm_stream_cut_short_is_llm_error(
@@ -362,11 +401,45 @@ async def test_llm_stream_read_timeout_mid_stream(
     llm_server.script(Reply(content="slow words here", chunk_size=5, chunk_delay=1.0))
     col = Collector()
     try:
-        with pytest.raises(LLMError, match="did not answer within"):
+        with pytest.raises(LLMError, match="did not finish within 0.3s"):
             await client.stream(USER, on_text=col.on_text)
     finally:
         await client.close()
     assert "slow words here".startswith("".join(col.text))
+
+
+async def test_llm_stream_with_invalid_utf8_keeps_the_reply(
+    client: LLMClient, llm_server: FakeLLMServer
+) -> None:
+    llm_server.script(Reply(content=" and more", raw_bytes=b"caf\xe9 ok"))
+    resp, col = await _stream(client)
+    assert resp.content == "caf\ufffd ok and more" == "".join(col.text)
+
+
+async def test_llm_timeout_bounds_a_stream_of_keepalive_comments(
+    luna_config: Callable[..., Config], llm_server: FakeLLMServer
+) -> None:
+    # SSE comments reset a read timeout forever; llm.timeout is the whole response.
+    client = LLMClient(luna_config({"llm": {"timeout": 1.0, "max_retries": 0}}).llm)
+    llm_server.script(Reply(content="never", pings=100, ping_interval=0.1))
+    try:
+        with pytest.raises(LLMError, match="did not finish within 1s"):
+            await client.stream(USER)
+    finally:
+        await client.close()
+
+
+async def test_llm_first_byte_timeout_is_its_own_limit(
+    luna_config: Callable[..., Config], llm_server: FakeLLMServer
+) -> None:
+    cfg = luna_config({"llm": {"timeout": 30.0, "first_byte_timeout": 0.5, "max_retries": 0}})
+    client = LLMClient(cfg.llm)
+    llm_server.script(Reply(content="late", delay=3.0))
+    try:
+        with pytest.raises(LLMError, match="sent nothing for 0.5s"):
+            await client.stream(USER)
+    finally:
+        await client.close()
 
 
 async def test_llm_stream_cancel_propagates(client: LLMClient, llm_server: FakeLLMServer) -> None:

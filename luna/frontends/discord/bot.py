@@ -209,7 +209,7 @@ class LunaBot(discord.Client):
     async def run_batch(self, batch: Batch) -> None:
         """Run one turn for a burst of messages and render it."""
         jobs: list[Job] = [item.payload for item in batch.items]
-        first, last = jobs[0], jobs[-1]
+        first = jobs[0]
         route, channel = first.route, first.channel
         text = "\n".join(j.text for j in jobs if j.text)
         attached = await read_attachments(
@@ -233,7 +233,6 @@ class LunaBot(discord.Client):
             scope=route.scope,
             allow_tools=route.allow_tools,
             approver=approver,
-            message_id=str(last.message.id),
         )
         stream = ReplyStream(channel, edit_interval=self.cfg.discord.edit_interval)
         typing = asyncio.get_running_loop().create_task(self.keep_typing(channel))
