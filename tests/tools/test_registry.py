@@ -215,7 +215,7 @@ async def test_registry_ask_uses_approver(tools_config, make_ctx) -> None:
 
 
 async def test_registry_approval_timeout_means_deny(tools_config, make_ctx) -> None:
-    reg = sample_registry(tools_config({"tools": {"approval_timeout": 0.2}}))
+    reg = sample_registry(tools_config({"tools": {"approval_timeout": 1.0}}))
 
     async def slow(name: str, args: dict) -> bool:
         await asyncio.sleep(30)

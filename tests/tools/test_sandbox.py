@@ -267,7 +267,9 @@ def _alive_with(marker: str) -> list[int]:
 async def test_bash_timeout_kills_whole_process_group(
     tools_config, make_ctx, sandbox: bool
 ) -> None:
-    cfg = tools_config({"tools": {"sandbox": sandbox, "bash_max_timeout": 1.0}})
+    cfg = tools_config(
+        {"tools": {"sandbox": sandbox, "bash_timeout": 1.0, "bash_max_timeout": 1.0}}
+    )
     reg = build_registry(cfg)
 
     async def yes(name: str, args: dict) -> bool:

@@ -194,7 +194,7 @@ async def test_bot_streams_by_editing_one_message(
 ):
     from tests.frontends.discord.conftest import dpytest
 
-    h = await make_harness({"edit_interval": 0.05})
+    h = await make_harness({"edit_interval": 0.2})
     text = " ".join(f"word{i}" for i in range(60))
     llm_server.script(Reply(content=text, chunk_size=8, chunk_delay=0.02))
     dm = await h.dm_channel(h.owner)
@@ -243,7 +243,7 @@ async def test_bot_splits_long_reply_into_several_messages(
 async def test_bot_tool_activity_is_one_edited_status_line(
     make_harness: Callable[..., Any], llm_server: FakeLLMServer
 ):
-    h = await make_harness({"edit_interval": 0.0})
+    h = await make_harness({"edit_interval": 0.2})
     llm_server.script(
         Reply(
             tool_calls=[
@@ -304,7 +304,7 @@ async def test_bot_survives_forbidden_channel(
 async def test_bot_long_stream_previews_stay_under_limit(
     make_harness: Callable[..., Any], llm_server: FakeLLMServer
 ):
-    h = await make_harness({"edit_interval": 0.01})
+    h = await make_harness({"edit_interval": 0.2})
     text = " ".join(f"token{i:04d}" for i in range(400))  # ~4,000 characters
     llm_server.script(Reply(content=text, chunk_size=200, chunk_delay=0.01))
     dm = await h.dm_channel(h.owner)
@@ -336,7 +336,7 @@ async def test_bot_rate_limited_edits_do_not_break_the_reply(
         return await original(http, channel_id, message_id, **fields)
 
     monkeypatch.setattr(backend.FakeHttp, "edit_message", edit_message)
-    h = await make_harness({"edit_interval": 0.0})
+    h = await make_harness({"edit_interval": 0.2})
     llm_server.script(
         Reply(tool_calls=[{"name": "echo", "arguments": '{"text": "a"}'}]),
         Reply(content="Final answer after retries.", chunk_delay=0.05),
@@ -364,7 +364,7 @@ async def test_bot_failed_final_edit_still_delivers_the_whole_reply(
         raise discord.HTTPException(backend.FakeRequest(500, "Internal Server Error"), "down")
 
     monkeypatch.setattr(backend.FakeHttp, "edit_message", edit_message)
-    h = await make_harness({"edit_interval": 0.0})
+    h = await make_harness({"edit_interval": 0.2})
     text = " ".join(f"part{i}" for i in range(40))
     llm_server.script(Reply(content=text, chunk_size=10, chunk_delay=0.02))
     dm = await h.dm_channel(h.owner)
