@@ -1,8 +1,9 @@
 """Composition root: build Luna's parts from Config, start them in order, stop them in reverse.
 
 Start order: logging → memory (database) → LLM client (maybe the embedded demo model) → tool
-registry → MCP servers (in the background) → librarian → agent → front-end.
-Stop order is the reverse, each step with a deadline: the front-end stops taking messages,
+registry → MCP servers (in the background) → librarian → agent → front-ends.
+Front-ends all keep one contract (``luna.frontends``), so this module has no branch per
+front-end. Stop order is the reverse, each step with a deadline: front-ends stop taking messages,
 running turns get ``agent.shutdown_grace`` seconds to finish and are then cancelled, the
 librarian finishes or is cancelled, MCP servers and the embedded model are stopped, logs are
 flushed and the database is closed. SIGTERM and SIGINT (outside a REPL turn) trigger it.
@@ -19,12 +20,14 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from luna import observe
+from luna import frontends, observe
 from luna.config import Config, is_llm_endpoint_explicit, secret_values
-from luna.errors import ConfigError, LunaError
+from luna.frontends import Components, Frontend
 from luna.llm import LLMClient
 
 log = logging.getLogger(__name__)
+
+FRONTEND_STOP_S = 15.0  # a front-end gets this long past the grace period to tear down
 
 EMBEDDED_BANNER = (
     "No LLM server answered at {endpoint}, so Luna started its embedded demo model "
@@ -72,14 +75,14 @@ async def _pick_llm(
 
 async def build_components(
     cfg: Config, args: argparse.Namespace, stack: contextlib.AsyncExitStack
-) -> dict[str, Any]:
-    """Start every part except the front-end; the exit stack stops them in reverse."""
+) -> Components:
+    """Start every part except the front-ends; the exit stack stops them in reverse."""
     from luna.agent import Agent
     from luna.mcp.manager import MCPManager
     from luna.memory import Memory
     from luna.memory.embed_worker import EmbeddingProcess
     from luna.memory.librarian import Librarian
-    from luna.tools import build_registry, sandbox_status
+    from luna.tools import build_registry
 
     memory = Memory(cfg.memory)
     stack.push_async_callback(asyncio.to_thread, EmbeddingProcess.shutdown_all)  # bounded
@@ -91,13 +94,11 @@ async def build_components(
             file=sys.stderr,
         )
     llm, banner, embedded = await _pick_llm(cfg, args, stack)
-    registry = build_registry(cfg)
-    sandbox_ok, sandbox_detail = await asyncio.to_thread(sandbox_status, cfg, probe=True)
-    if not sandbox_ok:
-        # Fails closed either way; say so now rather than at the first bash call.
-        registry.forced_levels["bash"] = "ask"
+    registry = await asyncio.to_thread(build_registry, cfg, probe=True)
+    if not registry.sandbox.ok:  # fails closed either way; say so now, not at the first bash
         print(
-            f"warning: bash is not sandboxed: {sandbox_detail} (see `luna doctor`)", file=sys.stderr
+            f"warning: bash is not sandboxed: {registry.sandbox.detail} (see `luna doctor`)",
+            file=sys.stderr,
         )
     mcp = MCPManager(cfg, registry)
     stack.push_async_callback(_with_deadline, mcp.stop, 30.0, "MCP servers")
@@ -108,94 +109,60 @@ async def build_components(
     agent = Agent(cfg, llm, memory, registry, librarian)
     if embedded:
         agent.tools_enabled = False  # the demo model cannot call tools
-    return {
-        "memory": memory,
-        "llm": llm,
-        "registry": registry,
-        "mcp": mcp,
-        "agent": agent,
-        "banner": banner,
-    }
+    return Components(cfg, agent, memory, llm, registry, mcp, banner)
+
+
+async def _serve(frontends: list[Frontend], agent: Any, stop: asyncio.Event, grace: float) -> None:
+    """Run every front-end until one ends or ``stop``; then stop them all, in order."""
+    runs = {asyncio.create_task(fe.run(stop), name=f"frontend-{fe.name}") for fe in frontends}
+    stopper = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({*runs, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+    stop.set()  # one ended (EOF, /quit, a lost connection): the others stop too
+    await agent.drain(grace)
+    _, late = await asyncio.wait(runs, timeout=grace + FRONTEND_STOP_S)
+    for task in late:
+        log.warning("shutdown: front-end %s did not stop; cancelling", task.get_name())
+        task.cancel()
+    await asyncio.gather(*late, return_exceptions=True)
+    for task in runs - late:
+        if task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
 
 
 async def run_app(cfg: Config, args: argparse.Namespace, mode: str = "auto") -> int:
     """Run Luna until EOF, /quit, SIGTERM or SIGINT."""
     cfg.agent.workspace.mkdir(parents=True, exist_ok=True)
-    use_discord = mode == "auto" and bool(cfg.discord.token)
-    if use_discord:
-        from luna.doctor.checks import discord_token_problem
-
-        problem = discord_token_problem(cfg.discord.token)
-        if problem:
-            raise ConfigError(
-                f"DISCORD_TOKEN is not a Discord bot token ({problem}); copy it from the "
-                "Developer Portal (Bot → Reset Token), or unset it to use the terminal"
-            )
+    names = frontends.chosen(cfg, mode)
+    frontends.check(names, cfg)
     observe.setup(
         cfg.observe.log_dir,
         level=cfg.observe.level,
         console=cfg.observe.console,
         secrets=secret_values(cfg),
     )
-    if not use_discord:
+    if "repl" in names:
         # The terminal belongs to the conversation: only warnings reach it.
         for handler in logging.getLogger().handlers:
             handler.setLevel(logging.WARNING)
-    observe.log_event("start", frontend="discord" if use_discord else "repl")
+    observe.log_event("start", frontend=",".join(names))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     with contextlib.suppress(NotImplementedError, RuntimeError):
         loop.add_signal_handler(signal.SIGTERM, stop.set)
+        if "repl" not in names:  # the REPL turns Ctrl-C into "cancel this reply"
+            loop.add_signal_handler(signal.SIGINT, stop.set)
     try:
         async with contextlib.AsyncExitStack() as stack:
             parts = await build_components(cfg, args, stack)
-            agent = parts["agent"]
-            if use_discord:
-                from luna.frontends.discord.bot import LunaBot
-
-                bot = LunaBot(cfg, agent, parts["memory"])
-                frontend = asyncio.create_task(bot.start(cfg.discord.token))
-                with contextlib.suppress(NotImplementedError, RuntimeError):
-                    loop.add_signal_handler(signal.SIGINT, stop.set)
-                stopper = asyncio.create_task(stop.wait())
-                await asyncio.wait({frontend, stopper}, return_when=asyncio.FIRST_COMPLETED)
-                stopper.cancel()
-                await agent.drain(cfg.agent.shutdown_grace)
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(bot.close(), timeout=10)
-                if frontend.done() and not frontend.cancelled() and frontend.exception():
-                    error = frontend.exception()
-                    log.error("the Discord bot stopped", exc_info=error)
-                    raise LunaError(f"the Discord bot stopped: {error}") from error
-                frontend.cancel()
-            else:
-                from luna.frontends.repl import Repl
-
-                repl = Repl(
-                    agent,
-                    parts["memory"],
-                    cfg.data_dir,
-                    session_id=getattr(args, "session", None),
-                    banner=parts["banner"],
-                )
-
-                async def stop_on_signal() -> None:
-                    await stop.wait()
-                    repl.stop()  # no new input; the running turn gets the grace period
-                    await agent.drain(cfg.agent.shutdown_grace)
-
-                stopper = asyncio.create_task(stop_on_signal())
-                try:
-                    await repl.run()
-                finally:
-                    if not stop.is_set():
-                        stopper.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await stopper
-                await agent.drain(cfg.agent.shutdown_grace)
+            chosen = frontends.make(names, parts, args)
+            await _serve(chosen, parts.agent, stop, cfg.agent.shutdown_grace)
             observe.log_event("stop")
         return 0
     finally:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.remove_signal_handler(signal.SIGTERM)
+            loop.remove_signal_handler(signal.SIGINT)
         observe.shutdown()

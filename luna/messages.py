@@ -11,11 +11,17 @@ Invariants:
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Frontend = Literal["repl", "discord", "cli", "subagent"]
+
+
+def new_call_id() -> str:
+    """A fresh tool-call id, for calls the server sent without one or Luna recovered."""
+    return f"call_{uuid.uuid4().hex[:16]}"
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,21 @@ class ToolCall:
         if not isinstance(args, str):
             args = json.dumps(args if args is not None else {})
         return cls(id=str(data.get("id") or ""), name=str(fn.get("name") or ""), arguments=args)
+
+
+@dataclass(frozen=True)
+class LoggedMessage:
+    """One message as the session log stored it (memory returns these; ``agent.prompt`` turns
+    them into what the model sees)."""
+
+    id: int
+    role: str
+    content: str
+    tool_calls: list[dict[str, Any]] | None = None  # wire form
+    tool_call_id: str | None = None
+    name: str | None = None
+    context: str | None = None  # a user message's per-turn context (time, recalled memories)
+    reasoning: str | None = None  # an assistant message's reasoning, as the model produced it
 
 
 @dataclass(frozen=True)
@@ -122,6 +143,14 @@ class ToolFinished:
 
 
 @dataclass(frozen=True)
+class Status:
+    """A line about what the turn is waiting for (the server loading, a long prefill)."""
+
+    text: str
+    kind: Literal["waiting", "progress"] = "waiting"
+
+
+@dataclass(frozen=True)
 class TurnDone:
     reply: str
     rounds: int
@@ -135,4 +164,6 @@ class TurnFailed:
     message: str
 
 
-AgentEvent = TextDelta | ReasoningDelta | ToolStarted | ToolFinished | TurnDone | TurnFailed
+AgentEvent = (
+    TextDelta | ReasoningDelta | Status | ToolStarted | ToolFinished | TurnDone | TurnFailed
+)

@@ -4,24 +4,30 @@ Invariants:
 - The head — one system message (system prompt, then the session summary if any) followed by
   the tool declarations — is byte-identical across the turns of a session; it changes only when
   the librarian compacts the session.
-- History is replayed exactly as it was sent: a user message's per-turn context (time, recalled
-  memories) is stored with it and re-attached verbatim, so each request repeats the previous
-  one from its start and only appends.
+- History is replayed exactly as it was sent and generated: a user message's per-turn context
+  (time, recalled memories) is stored with it and re-attached verbatim, and an assistant
+  message carries its reasoning back (``llm.history_reasoning``), so each request repeats what
+  the server already holds and only appends.
 - Per-turn context goes at the end, attached to the newest user message.
-- Every assistant tool call is followed by exactly one result with its id; calls that lost
-  their result (a crash mid-round) get a placeholder, orphaned results are dropped, so the
-  server never rejects the history.
+- This module is the one owner of tool-call/result pairing: every assistant tool call is
+  followed by exactly one result with its id; calls that lost their result (a crash mid-round)
+  get a placeholder, orphaned results are dropped, so the server never rejects the history.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+import json
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from luna.messages import LoggedMessage, ToolCall
 
 SUMMARY_HEADER = (
     "Summary of the earlier conversation in this session (older messages were compacted):"
 )
 INTERRUPTED_RESULT = "(no result: the tool run was interrupted)"
+ReasoningPolicy = Literal["keep", "turn", "drop"]
 
 
 def build_system_message(system_prompt: str, summary: str | None) -> dict[str, Any]:
@@ -45,6 +51,48 @@ def attach_context(text: str, context: str | None) -> str:
     return f"{text}\n\n{context}" if context else text
 
 
+def assistant_message(
+    content: str, calls: Sequence[ToolCall], reasoning: str = ""
+) -> dict[str, Any]:
+    """An assistant message as it is logged and replayed (reasoning kept when there is any)."""
+    message: dict[str, Any] = {"role": "assistant", "content": content or ""}
+    if calls:
+        message["tool_calls"] = [c.to_wire() for c in calls]
+    if reasoning:
+        message["reasoning_content"] = reasoning
+    return message
+
+
+def tool_result(call_id: str, content: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call_id, "content": content}
+
+
+def history_messages(
+    records: Sequence[LoggedMessage], *, reasoning: ReasoningPolicy
+) -> list[dict[str, Any]]:
+    """Logged messages as the model sees them again: context attached, reasoning per policy,
+    every tool call paired with its result. ``turn`` and ``drop`` both leave reasoning out of
+    earlier turns (what the stock Qwen3.5 template does to them anyway)."""
+    out: list[dict[str, Any]] = []
+    for r in records:
+        if r.role == "system":
+            continue  # the head is rebuilt every turn; a logged system message is not replayed
+        message: dict[str, Any] = {"role": r.role, "content": r.content}
+        if r.role == "user":
+            message["content"] = attach_context(r.content, r.context)
+        elif r.role == "assistant":
+            if r.tool_calls:
+                message["tool_calls"] = r.tool_calls
+            if reasoning == "keep" and r.reasoning:
+                message["reasoning_content"] = r.reasoning
+        elif r.role == "tool":
+            message["tool_call_id"] = r.tool_call_id or ""
+            if r.name:
+                message["name"] = r.name
+        out.append(message)
+    return repair_tool_pairs(out)
+
+
 def repair_tool_pairs(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Make every tool call have exactly one result directly after its assistant message."""
     out: list[dict[str, Any]] = []
@@ -65,10 +113,7 @@ def repair_tool_pairs(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
             i += 1
         for call in calls:
             cid = str(call.get("id"))
-            out.append(
-                results.get(cid)
-                or {"role": "tool", "tool_call_id": cid, "content": INTERRUPTED_RESULT}
-            )
+            out.append(results.get(cid) or tool_result(cid, INTERRUPTED_RESULT))
     return out
 
 
@@ -86,15 +131,23 @@ def build_messages(
     return messages
 
 
+def turn_start(messages: Sequence[dict[str, Any]]) -> int:
+    """Index of the newest user message: everything from there on is the current turn."""
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].get("role") == "user":
+            return i
+    return len(messages)
+
+
 def prefix_share(previous: list[dict[str, Any]], current: list[dict[str, Any]]) -> float:
     """Share of the previous request's serialized prompt that the current one repeats verbatim
-    from its start (what llama-server's prompt cache can reuse).
+    from its start. A JSON-level proxy only: it cannot see what a chat template drops (such
+    as reasoning before the last user message); ``bench/prefix_reuse.py`` measures tokens on
+    the real server.
 
     Keys are sorted: the server renders messages through its chat template, so JSON key order
     never reaches the model's prompt.
     """
-    import json
-
     a = json.dumps(previous, ensure_ascii=False, sort_keys=True)
     b = json.dumps(current, ensure_ascii=False, sort_keys=True)
     lo, hi = 0, min(len(a), len(b))

@@ -21,11 +21,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
-import binascii
 import json
 import os
-import re
 import shutil
 import sys
 from collections.abc import Awaitable, Callable
@@ -33,6 +30,7 @@ from dataclasses import asdict
 from typing import Any
 
 from luna.config import Config
+from luna.config.secrets import discord_bot_id, discord_token_problem
 from luna.doctor.llm import check_llm
 from luna.doctor.result import CheckResult, fail, in_thread, ok, skipped
 
@@ -49,7 +47,6 @@ GROUP_TIMEOUTS = {
 }
 DISK_FAIL_BYTES = 200 * 1024**2
 DISK_WARN_BYTES = 2 * 1024**3
-_TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{17,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{20,}$")
 
 
 # ---- config -----------------------------------------------------------------------------
@@ -243,20 +240,6 @@ async def check_mcp(cfg: Config) -> list[CheckResult]:
 # ---- discord and disk -------------------------------------------------------------------
 
 
-def discord_token_problem(token: str) -> str | None:
-    """Why the token is malformed, or None when it looks like a Discord bot token."""
-    if not _TOKEN_RE.match(token):
-        return "not three base64url segments separated by dots"
-    first = token.split(".")[0]
-    try:
-        user_id = base64.urlsafe_b64decode(first + "=" * (-len(first) % 4)).decode("ascii")
-    except (binascii.Error, UnicodeDecodeError):
-        return "its first segment does not decode to a bot id"
-    if not user_id.isdigit():
-        return "its first segment does not decode to a numeric bot id"
-    return None
-
-
 async def check_discord(cfg: Config) -> list[CheckResult]:
     token = cfg.discord.token
     if not token:
@@ -277,8 +260,7 @@ async def check_discord(cfg: Config) -> list[CheckResult]:
                 "copy the bot token again from the Discord developer portal (Bot → Reset Token)",
             )
         ]
-    first = token.split(".")[0]
-    bot_id = base64.urlsafe_b64decode(first + "=" * (-len(first) % 4)).decode()
+    bot_id = discord_bot_id(token)
     owner = "" if cfg.discord.owner_id else "; discord.owner_id is not set"
     result = ok("Discord token", f"well-formed (bot id {bot_id}){owner}")
     return [result]
@@ -334,8 +316,6 @@ async def _guarded(group: str, check: Check, cfg: Config, limit: float) -> list[
         return await asyncio.wait_for(check(cfg), timeout=limit)
     except TimeoutError:
         return [fail(group, f"check timed out after {limit:.0f} s", "see the log for details")]
-    except asyncio.CancelledError:
-        raise
     except Exception as e:  # noqa: BLE001 - a crashing check is reported, the others go on
         return [
             fail(

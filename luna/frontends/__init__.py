@@ -1,5 +1,64 @@
 """Front-ends: where messages come from and replies go (terminal REPL, Discord).
 
 Each front-end builds ``InboundMessage`` s, runs them through ``Agent.run_turn`` and renders the
-events. Front-ends may import anything below them; nothing below imports a front-end.
+events. Front-ends may import anything below them; nothing below imports a front-end (a test
+enforces it).
+
+The contract every front-end module keeps, so ``app`` runs any of them without a branch:
+- ``check(cfg)`` raises ConfigError before anything starts when its settings cannot work;
+- ``make(parts, args)`` returns an object with ``name`` and ``async run(stop)``;
+- ``run(stop)`` serves until ``stop`` is set or it ends by itself (EOF, ``/quit``, a lost bot
+  connection raises). When ``stop`` is set it stops taking input, lets running turns finish
+  within ``agent.shutdown_grace`` (``agent.drain``), then tears itself down.
 """
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from luna.config import Config
+
+MODULES = {
+    "repl": "luna.frontends.repl",
+    "discord": "luna.frontends.discord.bot",
+}
+
+
+@dataclass(frozen=True)
+class Components:
+    """The running parts a front-end may use."""
+
+    cfg: Config
+    agent: Any
+    memory: Any
+    llm: Any
+    registry: Any
+    mcp: Any
+    banner: str = ""
+
+
+class Frontend(Protocol):
+    name: str
+
+    async def run(self, stop: asyncio.Event) -> None: ...
+
+
+def chosen(cfg: Config, mode: str) -> list[str]:
+    """The front-ends to run: ``repl`` on request, else Discord when a token is set."""
+    if mode == "repl" or not cfg.discord.token:
+        return ["repl"]
+    return ["discord"]
+
+
+def check(names: list[str], cfg: Config) -> None:
+    for name in names:
+        module = importlib.import_module(MODULES[name])
+        module.check(cfg)
+
+
+def make(names: list[str], parts: Components, args: argparse.Namespace) -> list[Frontend]:
+    return [importlib.import_module(MODULES[name]).make(parts, args) for name in names]

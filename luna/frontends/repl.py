@@ -25,6 +25,7 @@ from typing import Any, TextIO
 from luna.messages import (
     InboundMessage,
     ReasoningDelta,
+    Status,
     TextDelta,
     ToolFinished,
     ToolStarted,
@@ -41,6 +42,20 @@ HELP = """Commands:
   /memories [QUERY]  list memories, or search them
   /quit              exit (Ctrl-D works too)
 Ctrl-C cancels a running reply."""
+
+
+def check(cfg: Any) -> None:
+    """The terminal needs no settings of its own."""
+
+
+def make(parts: Any, args: Any) -> Repl:
+    return Repl(
+        parts.agent,
+        parts.memory,
+        parts.cfg.data_dir,
+        session_id=getattr(args, "session", None),
+        banner=parts.banner,
+    )
 
 
 def _session_file(data_dir: Path) -> Path:
@@ -179,7 +194,26 @@ class Repl:
         self.out.write(text)
         self.out.flush()
 
-    async def run(self) -> int:
+    name = "repl"
+
+    async def run(self, stop: asyncio.Event | None = None) -> int:
+        """Serve the terminal until EOF, ``/quit`` or ``stop`` (then the running turn gets the
+        agent's shutdown grace before it is cancelled)."""
+        watcher = asyncio.create_task(self._stop_when(stop)) if stop is not None else None
+        try:
+            return await self._serve()
+        finally:
+            if watcher is not None and not watcher.done():
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
+
+    async def _stop_when(self, stop: asyncio.Event) -> None:
+        await stop.wait()
+        self.stop()  # no new input; the running turn gets the grace period
+        await self.agent.drain(self.agent.cfg.agent.shutdown_grace)
+
+    async def _serve(self) -> int:
         save_session_id(self.data_dir, self.session_id)
         loop = asyncio.get_running_loop()
         with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -271,6 +305,11 @@ class Repl:
                 at_line_start = event.text.endswith("\n")
             elif isinstance(event, ReasoningDelta):
                 continue
+            elif isinstance(event, Status):
+                if event.kind == "progress" and not self.interactive:
+                    continue  # a log of percentages helps nobody reading piped output
+                self.write(("" if at_line_start else "\n") + f"  [{event.text}]\n")
+                at_line_start = True
             elif isinstance(event, ToolStarted):
                 args = (
                     event.arguments if len(event.arguments) < 160 else event.arguments[:160] + "…"

@@ -40,8 +40,8 @@ from luna.errors import LLMContextOverflowError, LLMError, LLMRejectedError, LLM
 from luna.llm.markup import StreamFilter, clean_reply
 from luna.llm.stream import Progress, StreamAccumulator, reasoning_of, usage_of
 from luna.llm.transport import Utf8RepairingTransport
-from luna.llm.wire import new_call_id, normalize_messages
-from luna.messages import LLMResponse, ToolCall, Usage
+from luna.llm.wire import normalize_messages
+from luna.messages import LLMResponse, ToolCall, Usage, new_call_id
 from luna.observe import log_event
 
 _log = logging.getLogger(__name__)

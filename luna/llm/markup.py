@@ -27,8 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from luna.llm.wire import new_call_id
-from luna.messages import ToolCall
+from luna.messages import ToolCall, new_call_id
 
 _log = logging.getLogger(__name__)
 
@@ -76,6 +75,16 @@ _NAME_IN_JSON = re.compile(r'"name"\s*:\s*"([^"]+)"')
 _FENCED = re.compile(r"^[ \t]*(?:```|~~~)[^\n]*\n.*?(?:^[ \t]*(?:```|~~~)|\Z)", re.DOTALL | re.M)
 _QUOTE_LINE = re.compile(r"^>.*$", re.M)
 _KEPT = re.compile("\ue000(\\d+)\ue001")
+
+
+_CONTROL = re.compile("|".join(re.escape(t) for t in (*ROLE_OPENERS, *CLOSERS)))
+
+
+def defuse_chat_tokens(text: str) -> str:
+    """Break chat-template control tokens in text so a tokenizer reads them as plain text."""
+    if "<" not in text:
+        return text
+    return _CONTROL.sub(lambda m: m.group(0)[0] + "\u200b" + m.group(0)[1:], text)
 
 
 def strip_think(text: str) -> tuple[str, str]:

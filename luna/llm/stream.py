@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from luna.llm.markup import StreamFilter
-from luna.llm.wire import new_call_id
-from luna.messages import ToolCall, Usage
+from luna.messages import ToolCall, Usage, new_call_id
 
 
 @dataclass(frozen=True)

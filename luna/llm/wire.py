@@ -13,17 +13,13 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 from typing import Any
 
-from luna.messages import ToolCall
+from luna.llm.markup import defuse_chat_tokens
+from luna.messages import ToolCall, new_call_id
 
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 REPLACEMENT = "\ufffd"
-
-
-def new_call_id() -> str:
-    return f"call_{uuid.uuid4().hex[:16]}"
 
 
 def clean_text(text: str) -> str:
@@ -106,6 +102,8 @@ def normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 m.pop("tool_calls", None)
         if role == "tool":
             m["tool_call_id"] = str(m.get("tool_call_id") or "")
+        if role in ("user", "tool") and isinstance(m.get("content"), str):
+            m["content"] = defuse_chat_tokens(m["content"])
         rest.append(clean_value(m))
     if system:
         return [{"role": "system", "content": clean_text("\n\n".join(system))}, *rest]

@@ -10,7 +10,8 @@ Invariants:
   tracked background indexer (FTS finds the message at once, vectors follow). Docs left without
   a vector (crash, FTS-only period) are embedded on the next open.
 - FTS-only operation (sqlite-vec missing or the embedding model failing) is logged as a
-  warning at start-up and reported by :meth:`Memory.status`; it is never silent.
+  warning at start-up, in ``vector_enabled``/``vector_error`` and by ``luna doctor``; it is
+  never silent.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from luna.memory.embeddings import Embedder
 from luna.memory.query import plan_query
 from luna.memory.search import RecallItem, format_recall, hybrid_search
 from luna.memory.store import Store, now_iso
-from luna.messages import Usage
+from luna.messages import LoggedMessage, Usage
 from luna.observe import Timer, log_event
 
 __all__ = ["Memory", "RecallItem", "format_recall", "normalize_timestamp"]
@@ -70,7 +71,6 @@ class Memory:
         self._store: Store | None = None
         self._indexer: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
-        self._idle = asyncio.Event()
 
     # ---- lifecycle ---------------------------------------------------------------------
 
@@ -155,7 +155,6 @@ class Memory:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            self._idle.clear()
             try:
                 while self.vector_enabled and await self._index_batch():
                     pass
@@ -164,7 +163,6 @@ class Memory:
             except Exception:  # noqa: BLE001 - keep indexing later; the operator sees the log
                 log.exception("memory: vector indexing failed; will retry on the next message")
                 await asyncio.sleep(5)
-            self._idle.set()
 
     async def _index_batch(self) -> int:
         pending = await asyncio.to_thread(self.store.pending_docs, INDEX_BATCH)
@@ -215,8 +213,8 @@ class Memory:
         """Attach the per-turn context to an already logged user message (once)."""
         await asyncio.to_thread(session_log.set_context, self.store, message_id, context)
 
-    async def prompt_history(self, session_id: str) -> tuple[str | None, list[dict]]:
-        """(cumulative summary or None, messages after the compaction cut, OpenAI dicts)."""
+    async def prompt_history(self, session_id: str) -> tuple[str | None, list[LoggedMessage]]:
+        """(cumulative summary or None, the messages after the compaction cut, as stored)."""
         return await asyncio.to_thread(session_log.prompt_history, self.store, session_id)
 
     async def summary(self, session_id: str) -> tuple[str | None, int]:
@@ -237,11 +235,9 @@ class Memory:
         )
         return rows[0][0] if rows else "owner"
 
-    async def session_messages(self, session_id: str, after_id: int = 0) -> list[dict]:
-        """Raw logged messages after ``after_id``: dicts with id, role, content, tool calls."""
-        rows = await asyncio.to_thread(session_log.messages_after, self.store, session_id, after_id)
-        cols = ("id", "role", "content", "tool_calls", "tool_call_id", "name", "context")
-        return [dict(zip(cols, r, strict=True)) for r in rows]
+    async def session_messages(self, session_id: str, after_id: int = 0) -> list[LoggedMessage]:
+        """The session's logged messages after ``after_id``, oldest first, as stored."""
+        return await asyncio.to_thread(session_log.messages_after, self.store, session_id, after_id)
 
     # ---- recall ------------------------------------------------------------------------
 
@@ -467,16 +463,6 @@ class Memory:
             "embedding_dim": await asyncio.to_thread(self.store.get_meta, "embedding_dim"),
             "vector_enabled": self.vector_enabled,
             "vector_error": self.vector_error,
-        }
-
-    def status(self) -> dict[str, Any]:
-        """For ``luna doctor``: whether recall uses vectors, and why not."""
-        return {
-            "vector_enabled": self.vector_enabled,
-            "vector_error": self.vector_error,
-            "embedding_model": self.cfg.embedding_model,
-            "embedding_dim": self.cfg.embedding_dim,
-            "db_path": str(self.cfg.db_path),
         }
 
     async def count_docs(self) -> int:

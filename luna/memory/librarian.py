@@ -29,6 +29,7 @@ from typing import Any
 from luna.config import Config
 from luna.errors import LLMError
 from luna.llm.markup import strip_think
+from luna.messages import LoggedMessage
 from luna.observe import log_event
 
 log = logging.getLogger(__name__)
@@ -76,29 +77,29 @@ def parse_json_object(text: str) -> dict[str, Any]:
     raise ValueError("no JSON object in the model's reply")
 
 
-def compaction_boundary(messages: list[dict[str, Any]], retain: int) -> int:
+def compaction_boundary(messages: list[LoggedMessage], retain: int) -> int:
     """How many leading messages to compact: the rest keeps ≥ ``retain``, no call is split."""
     b = len(messages) - max(0, retain)
     if b <= 0:
         return 0
-    while 0 < b < len(messages) and messages[b]["role"] == "tool":
+    while 0 < b < len(messages) and messages[b].role == "tool":
         b -= 1  # the first kept message is a result: keep its assistant call too
     return b
 
 
-def render_transcript(messages: list[dict[str, Any]]) -> str:
+def render_transcript(messages: list[LoggedMessage]) -> str:
     lines = []
     for m in messages:
-        content = (m.get("content") or "").strip()
-        if m["role"] == "tool":
+        content = m.content.strip()
+        if m.role == "tool":
             lines.append(f"[tool result] {content[:MAX_TOOL_CHARS]}")
             continue
         if content:
-            lines.append(f"{m['role']}: {content[:MAX_MESSAGE_CHARS]}")
-        for call in json.loads(m.get("tool_calls") or "[]"):
+            lines.append(f"{m.role}: {content[:MAX_MESSAGE_CHARS]}")
+        for call in m.tool_calls or []:
             fn = call.get("function") or {}
             args = str(fn.get("arguments", ""))[:MAX_TOOL_CHARS]
-            lines.append(f"[{m['role']} ran tool {fn.get('name')}({args})]")
+            lines.append(f"[{m.role} ran tool {fn.get('name')}({args})]")
     return "\n".join(lines)
 
 
@@ -183,7 +184,7 @@ class Librarian:
         facts = _clean_facts(result.get("facts"), mc.fact_importance_threshold)
         scope = await self.memory.session_scope(session_id)
         stored = await self._store_facts(facts, session_id, scope)
-        await self.memory.set_summary(session_id, summary, int(part[-1]["id"]))
+        await self.memory.set_summary(session_id, summary, part[-1].id)
         self._backoff.pop(session_id, None)
         log_event(
             "librarian",

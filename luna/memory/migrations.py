@@ -135,4 +135,30 @@ MIGRATIONS: list[Migration] = [
                BEGIN SELECT RAISE(ABORT, 'messages are append-only'); END""",
         ],
     ),
+    (
+        "m005_reasoning",
+        [
+            # The model's reasoning for each assistant message, replayed exactly as generated
+            # so each request extends the tokens the server already holds in its KV cache.
+            "ALTER TABLE messages ADD COLUMN reasoning TEXT",
+            "DROP TRIGGER messages_append_only_update",
+            """CREATE TRIGGER messages_append_only_update BEFORE UPDATE ON messages
+               WHEN NOT (OLD.context IS NULL AND NEW.context IS NOT NULL
+                        AND NEW.id IS OLD.id
+                        AND NEW.session_id IS OLD.session_id
+                        AND NEW.role IS OLD.role
+                        AND NEW.content IS OLD.content
+                        AND NEW.tool_calls IS OLD.tool_calls
+                        AND NEW.tool_call_id IS OLD.tool_call_id
+                        AND NEW.name IS OLD.name
+                        AND NEW.scope IS OLD.scope
+                        AND NEW.created_at IS OLD.created_at
+                        AND NEW.prompt_tokens IS OLD.prompt_tokens
+                        AND NEW.completion_tokens IS OLD.completion_tokens
+                        AND NEW.total_tokens IS OLD.total_tokens
+                        AND NEW.cached_tokens IS OLD.cached_tokens
+                        AND NEW.reasoning IS OLD.reasoning)
+               BEGIN SELECT RAISE(ABORT, 'messages are append-only'); END""",
+        ],
+    ),
 ]

@@ -1,13 +1,12 @@
-"""The session log: append-only chat messages and the prompt view after compaction.
+"""The session log: append-only chat messages and the part of them after compaction.
 
 Invariants:
 - ``append_message`` commits the message (and its search-index row) in one transaction with
   ``synchronous=FULL`` before it returns: an acknowledged message survives ``kill -9``.
 - Messages are never rewritten. Compaction is a soft cut: the summary row records the last
   message it covers, and only ``prompt_history`` looks past it; the originals stay searchable.
-- ``prompt_history`` never splits an assistant ``tool_calls`` message from its tool results: a
-  cut that would is moved back to the assistant message, and a call whose result was never
-  logged (the process died mid-tool) gets a placeholder result so the model accepts the history.
+- What was stored comes back as stored (``LoggedMessage``): turning it into a prompt (context,
+  reasoning, tool-call/result pairing) is ``luna.agent.prompt``'s job, not the log's.
 - Blocking functions; the ``Memory`` facade runs them in a worker thread.
 """
 
@@ -18,10 +17,9 @@ from typing import Any
 
 from luna.errors import MemoryStoreError
 from luna.memory.store import Store, now_iso
-from luna.messages import Usage
+from luna.messages import LoggedMessage, Usage
 
 ROLES = ("system", "user", "assistant", "tool")
-INTERRUPTED_RESULT = "(no result was recorded: the tool run was interrupted)"
 
 
 def _tool_calls_json(message: dict[str, Any]) -> str | None:
@@ -53,6 +51,7 @@ def append_message(
         content = "\n".join(
             p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"
         )
+    reasoning = message.get("reasoning_content") or None
     created = now_iso()
     with store.transaction() as conn:
         conn.execute(
@@ -62,8 +61,8 @@ def append_message(
         cur = conn.execute(
             """INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, name,
                    context, scope, created_at, prompt_tokens, completion_tokens, total_tokens,
-                   cached_tokens)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                   cached_tokens, reasoning)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
             (
                 session_id,
                 role,
@@ -78,6 +77,7 @@ def append_message(
                 usage.completion_tokens if usage else None,
                 usage.total_tokens if usage else None,
                 usage.cached_tokens if usage else None,
+                reasoning if isinstance(reasoning, str) else None,
             ),
         )
         message_id = int(cur.lastrowid)
@@ -94,21 +94,21 @@ def set_context(store: Store, message_id: int, context: str) -> None:
         )
 
 
-def _to_openai(row: tuple) -> dict[str, Any]:
-    _id, role, content, tool_calls, tool_call_id, name, context = row
-    msg: dict[str, Any] = {"role": role, "content": content or ""}
-    if role == "user" and context:
-        msg["content"] = f"{msg['content']}\n\n{context}"
-    if tool_calls:
-        msg["tool_calls"] = json.loads(tool_calls)
-    if role == "tool":
-        msg["tool_call_id"] = tool_call_id or ""
-        if name:
-            msg["name"] = name
-    return msg
+_COLUMNS = "id, role, content, tool_calls, tool_call_id, name, context, reasoning"
 
 
-_COLUMNS = "id, role, content, tool_calls, tool_call_id, name, context"
+def _record(row: tuple) -> LoggedMessage:
+    mid, role, content, tool_calls, tool_call_id, name, context, reasoning = row
+    return LoggedMessage(
+        id=int(mid),
+        role=role,
+        content=content or "",
+        tool_calls=json.loads(tool_calls) if tool_calls else None,
+        tool_call_id=tool_call_id,
+        name=name,
+        context=context,
+        reasoning=reasoning,
+    )
 
 
 def summary(store: Store, session_id: str) -> tuple[str | None, int]:
@@ -119,71 +119,19 @@ def summary(store: Store, session_id: str) -> tuple[str | None, int]:
     return (rows[0][0], int(rows[0][1])) if rows else (None, 0)
 
 
-def safe_cut(rows: list[tuple], cut: int) -> int:
-    """Move a cut (last id hidden) back so no tool result is separated from its call.
-
-    ``rows`` are the session's messages (``_COLUMNS`` order), oldest first.
-    """
-    call_owner: dict[str, int] = {}
-    for row in rows:
-        if row[3]:
-            for call in json.loads(row[3]):
-                call_owner[str(call.get("id", ""))] = row[0]
-    for row in rows:
-        if row[0] > cut and row[1] == "tool":
-            owner = call_owner.get(str(row[4] or ""))
-            if owner is not None and owner <= cut:
-                cut = owner - 1
-    return cut
-
-
-def messages_after(store: Store, session_id: str, after_id: int) -> list[tuple]:
-    return store.query(
+def messages_after(store: Store, session_id: str, after_id: int) -> list[LoggedMessage]:
+    """The session's messages with an id above ``after_id``, oldest first, as stored."""
+    rows = store.query(
         f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND id > ? ORDER BY id",
         (session_id, after_id),
     )
+    return [_record(r) for r in rows]
 
 
-def prompt_history(store: Store, session_id: str) -> tuple[str | None, list[dict[str, Any]]]:
-    """(summary or None, the messages after the compaction cut as OpenAI dicts)."""
+def prompt_history(store: Store, session_id: str) -> tuple[str | None, list[LoggedMessage]]:
+    """(summary or None, the messages after the compaction cut)."""
     text, cut = summary(store, session_id)
-    rows = messages_after(store, session_id, 0) if cut else None
-    if rows is not None:
-        cut = safe_cut(rows, cut)
-        rows = [r for r in rows if r[0] > cut]
-    else:
-        rows = messages_after(store, session_id, 0)
-    calls_in_view: set[str] = set()
-    out: list[dict[str, Any]] = []
-    for row in rows:
-        msg = _to_openai(row)
-        if row[1] == "tool" and str(row[4] or "") not in calls_in_view:
-            continue  # an orphan result with no call in view: the model would reject it
-        calls_in_view.update(str(c.get("id", "")) for c in msg.get("tool_calls") or [])
-        out.append(msg)
-    answered = {str(m.get("tool_call_id")) for m in out if m["role"] == "tool"}
-    return text, _fill_missing_results(out, answered)
-
-
-def _fill_missing_results(msgs: list[dict[str, Any]], answered: set[str]) -> list[dict[str, Any]]:
-    """Give every unanswered tool call a placeholder result right after its batch."""
-    out: list[dict[str, Any]] = []
-    pending: list[str] = []
-    for msg in msgs:
-        if pending and msg["role"] != "tool":
-            out.extend(
-                {"role": "tool", "tool_call_id": c, "content": INTERRUPTED_RESULT} for c in pending
-            )
-            pending = []
-        out.append(msg)
-        if msg["role"] == "assistant":
-            pending = [
-                str(c.get("id", ""))
-                for c in msg.get("tool_calls") or []
-                if str(c.get("id", "")) not in answered
-            ]
-    out.extend({"role": "tool", "tool_call_id": c, "content": INTERRUPTED_RESULT} for c in pending)
-    return out
+    return text, messages_after(store, session_id, cut)
 
 
 def set_summary(store: Store, session_id: str, text: str, cut_message_id: int) -> None:

@@ -26,6 +26,7 @@ from luna.messages import (
 from luna.tools.registry import ToolContext, ToolRegistry
 from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.fakes.tools import echo_registry
+from tests.history import prompt_view
 
 
 def agent_registry(cfg: Config) -> ToolRegistry:
@@ -80,7 +81,7 @@ async def test_agent_plain_reply_streams_and_persists(
     assert [m["role"] for m in request["messages"]] == ["system", "user"]
     assert request["messages"][1]["content"].startswith("hi\n\n<context>")
     assert {t["function"]["name"] for t in request["tools"]} == {"echo", "explode"}
-    summary, history = await agent.memory.prompt_history("s1")
+    summary, history = await prompt_view(agent.memory, "s1")
     assert summary is None
     assert [m["role"] for m in history] == ["user", "assistant"]
     assert history[0]["content"] == request["messages"][1]["content"]  # replayed verbatim
@@ -102,7 +103,7 @@ async def test_agent_tool_round_trip_is_persisted(
     second = llm_server.requests[1]["messages"]
     assert second[-2]["tool_calls"][0]["function"]["name"] == "echo"
     assert second[-1]["role"] == "tool" and "echo: ping" in second[-1]["content"]
-    _, history = await agent.memory.prompt_history("s1")
+    _, history = await prompt_view(agent.memory, "s1")
     assert [m["role"] for m in history] == ["user", "assistant", "tool", "assistant"]
     assert history[2]["tool_call_id"] == "c1"
 
@@ -141,7 +142,7 @@ async def test_agent_round_limit_ends_with_wrap_up_without_tools(
     last = llm_server.requests[2]
     assert "tools" not in last or not last["tools"]
     assert last["messages"][-1]["content"] == WRAP_UP_NOTE
-    _, history = await agent.memory.prompt_history("s1")
+    _, history = await prompt_view(agent.memory, "s1")
     assert WRAP_UP_NOTE not in json.dumps(history)  # the note is not persisted
 
 
@@ -172,7 +173,7 @@ async def test_agent_llm_down_fails_turn_with_url_but_keeps_message(
     assert isinstance(events[-1], TurnFailed)
     assert f"127.0.0.1:{unused_tcp_port}" in events[-1].message
     assert "\n" not in events[-1].message.strip()
-    _, history = await agent.memory.prompt_history("s1")
+    _, history = await prompt_view(agent.memory, "s1")
     assert history[0]["content"].startswith("are you there?")
 
 
@@ -197,7 +198,7 @@ async def test_agent_turns_in_one_session_run_in_order_sessions_concurrently(
     # b is not held up by a's slow turn; a's second turn waits for its first.
     assert finished.index("re fast") < finished.index("re slow")
     assert finished.index("re slow") < finished.index("re next")
-    _, history = await agent.memory.prompt_history("a")
+    _, history = await prompt_view(agent.memory, "a")
     assert [m["content"].split("\n")[0] for m in history] == [
         "slow a1",
         "re slow",
@@ -326,7 +327,7 @@ async def test_agent_interrupted_round_still_logs_the_call(
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    _, history = await agent.memory.prompt_history("s1")
+    _, history = await prompt_view(agent.memory, "s1")
     assert [m["role"] for m in history] == ["user", "assistant", "tool", "tool"]
     assert [c["id"] for c in history[1]["tool_calls"]] == ["a", "b"]
     assert "echo: sent" in history[2]["content"]  # the finished tool's result was kept
@@ -352,5 +353,5 @@ async def test_agent_forgets_session_locks_when_idle(
     )
     # No per-session state outlives its turns: a long-running bot does not grow per session.
     assert live_locks() - before < sessions // 3
-    _, history = await agent.memory.prompt_history("s0")
+    _, history = await prompt_view(agent.memory, "s0")
     assert [m["role"] for m in history] == ["user", "assistant"] * 2  # s0 still ran in order

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from luna.config import Config, load_config
-from luna.doctor.checks import CheckResult, discord_token_problem, format_result, run_checks
+from luna.config.secrets import discord_token_problem
+from luna.doctor.checks import CheckResult, format_result, run_checks
 from luna.memory.store import MIGRATIONS, Store
 from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.luna_process import REPO

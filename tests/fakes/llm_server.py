@@ -98,6 +98,9 @@ class FakeLLMServer:
         self.n_ctx = n_ctx
         self.has_props = props
         self.default: ReplySource = Reply(content="ok")
+        # Text that makes the server refuse any request (and render) carrying it, with HTTP
+        # 500: a stand-in for a history the server's template cannot take.
+        self.poison: str | None = None
         self._queue: deque[ReplySource] = deque()
         self._requests: list[dict[str, Any]] = []
         self._headers: list[dict[str, str]] = []
@@ -184,10 +187,14 @@ class FakeLLMServer:
         raise TimeoutError(f"fake LLM server got {len(self.requests)} requests, wanted {n}")
 
     # ---- internals ------------------------------------------------------------------------
-    def _next_reply(self, body: dict[str, Any], headers: dict[str, str]) -> tuple[Reply, int]:
+    def _record(self, body: dict[str, Any], headers: dict[str, str]) -> None:
         with self._lock:
             self._requests.append(body)
             self._headers.append(headers)
+
+    def _next_reply(self, body: dict[str, Any]) -> tuple[Reply, int]:
+        """The next scripted reply (a refused request never reaches the model: none is used)."""
+        with self._lock:
             source = self._queue.popleft() if self._queue else self.default
             prompt = json.dumps(body.get("messages"), ensure_ascii=False) + json.dumps(
                 body.get("tools") or [], ensure_ascii=False
@@ -208,7 +215,10 @@ class _Aborted(Exception):
 
 def validate_messages(body: dict[str, Any]) -> str | None:
     """The HTTP 500 message llama-server with the Qwen3.5 template gives, or None."""
-    messages = body.get("messages")
+    return _template_problem(body.get("messages"))
+
+
+def _template_problem(messages: Any) -> str | None:
     if not isinstance(messages, list) or not messages:
         return "'messages' must be a non-empty array"
     for i, m in enumerate(messages):
@@ -343,6 +353,9 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
             path = self.path.split("?")[0].rstrip("/")
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b""
+            if path == "/apply-template":
+                self._apply_template(raw)
+                return
             if path not in ("/v1/chat/completions", "/chat/completions"):
                 self._error(404, f"File Not Found: {path}")
                 return
@@ -351,15 +364,11 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
             except (json.JSONDecodeError, UnicodeDecodeError):
                 self._error(400, "request body is not valid JSON")
                 return
-            reply, cached = server._next_reply(
-                body, {k.lower(): v for k, v in self.headers.items()}
-            )
-            if reply.delay:
-                time.sleep(reply.delay)
+            server._record(body, {k.lower(): v for k, v in self.headers.items()})
             if has_lone_surrogate(body):
                 self._error(400, "invalid string: surrogate must be a pair")
                 return
-            problem = validate_messages(body)
+            problem = validate_messages(body) or self._poisoned(body)
             if problem:
                 self._error(500, problem)
                 return
@@ -367,6 +376,9 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
             if n_prompt >= server.n_ctx:
                 self._json(400, context_error(n_prompt, server.n_ctx))
                 return
+            reply, cached = server._next_reply(body)
+            if reply.delay:
+                time.sleep(reply.delay)
             if reply.status != 200:
                 if reply.error_body is not None:
                     self._json(reply.status, reply.error_body, reply.headers)
@@ -382,6 +394,27 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client went away (cancelled or timed out)
+
+        def _poisoned(self, body: dict[str, Any]) -> str | None:
+            if server.poison and server.poison in json.dumps(body, ensure_ascii=False):
+                return "Jinja Exception: scripted refusal"
+            return None
+
+        def _apply_template(self, raw: bytes) -> None:
+            """Renders the messages as plain text, refusing what chat requests refuse."""
+            try:
+                body = json.loads(raw or b"{}")
+            except json.JSONDecodeError:
+                self._error(400, "request body is not valid JSON")
+                return
+            problem = validate_messages(body) or self._poisoned(body)
+            if problem:
+                self._error(500, problem)
+                return
+            prompt = "".join(
+                f"<{m['role']}>{m.get('content') or ''}</{m['role']}>" for m in body["messages"]
+            )
+            self._json(200, {"prompt": prompt})
 
         def _complete(self, body: dict[str, Any], reply: Reply, cached: int) -> None:
             message: dict[str, Any] = {"role": "assistant", "content": reply.content}

@@ -14,6 +14,7 @@ import pytest
 from luna.config import build_config
 from luna.memory import Memory
 from tests.fakes.llm_server import FakeLLMServer, Reply
+from tests.history import prompt_view
 from tests.luna_process import data_env
 
 
@@ -51,7 +52,7 @@ async def stored_history(tmp_path: Path, session: str | None = None) -> list[dic
     await memory.open(background=False)
     try:
         session = session or (tmp_path / "data" / "repl_session").read_text().strip()
-        _, history = await memory.prompt_history(session)
+        _, history = await prompt_view(memory, session)
         return history
     finally:
         await memory.close()

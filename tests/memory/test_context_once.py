@@ -6,14 +6,15 @@ import pytest
 
 from luna.memory import Memory
 from luna.memory.store import Store
+from tests.history import prompt_view
 
 
 async def test_context_attached_once_and_replayed(memory: Memory) -> None:
     mid = await memory.append_message("s", {"role": "user", "content": "plan the trip"})
-    _, before = await memory.prompt_history("s")
+    _, before = await prompt_view(memory, "s")
     assert before == [{"role": "user", "content": "plan the trip"}]
     await memory.set_context(mid, "<context>\nCurrent time: now\n</context>")
-    _, after = await memory.prompt_history("s")
+    _, after = await prompt_view(memory, "s")
     assert after[0]["content"] == "plan the trip\n\n<context>\nCurrent time: now\n</context>"
 
 

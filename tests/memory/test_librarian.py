@@ -12,7 +12,9 @@ from luna.llm import LLMClient
 from luna.memory import Memory
 from luna.memory.embeddings import Embedder
 from luna.memory.librarian import Librarian, compaction_boundary, parse_json_object
+from luna.messages import LoggedMessage
 from tests.conftest import Reply
+from tests.history import prompt_view
 
 
 @pytest.fixture
@@ -51,7 +53,8 @@ def test_parse_json_object_handles_think_fences_and_prose() -> None:
 
 
 def test_compaction_boundary_never_splits_tool_results() -> None:
-    msgs = [{"role": r} for r in ["user", "assistant", "tool", "tool", "assistant", "user"]]
+    roles = ["user", "assistant", "tool", "tool", "assistant", "user"]
+    msgs = [LoggedMessage(id=i, role=r, content="") for i, r in enumerate(roles, 1)]
     assert compaction_boundary(msgs, 3) == 1  # first kept would be a tool result: keep the call
     assert compaction_boundary(msgs, 2) == 4
     assert compaction_boundary(msgs, 10) == 0
@@ -76,7 +79,7 @@ async def test_librarian_compacts_and_extracts_facts(parts, llm_server) -> None:
     assert lib.maybe_schedule(sid, prompt_tokens=100) is True
     assert lib.maybe_schedule(sid, prompt_tokens=100) is False  # one pass per session
     await lib.wait_idle()
-    summary, history = await mem.prompt_history(sid)
+    summary, history = await prompt_view(mem, sid)
     assert summary == reply["summary"]
     assert len(history) == 4 and history[0]["role"] == "user"
     facts = await mem.list_memories()

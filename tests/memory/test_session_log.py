@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from luna.agent.prompt import INTERRUPTED_RESULT
 from luna.config import MemoryConfig
 from luna.memory import Memory, db
-from luna.memory.session_log import INTERRUPTED_RESULT
 from luna.memory.store import MIGRATIONS, Store
 from luna.messages import Usage
+from tests.history import prompt_view
 from tests.luna_process import REPO
 
 
@@ -24,25 +25,34 @@ def _call(call_id: str, name: str = "bash", args: str = '{"cmd": "ls"}') -> dict
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
 
 
-async def test_session_log_round_trip_with_context_and_tools(memory: Memory) -> None:
+async def test_session_log_round_trip_returns_what_was_stored(memory: Memory) -> None:
     sid = "s1"
     await memory.append_message(sid, {"role": "user", "content": "list files"}, context="[time]")
     await memory.append_message(
         sid,
-        {"role": "assistant", "content": "", "tool_calls": [_call("c1")]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [_call("c1")],
+            "reasoning_content": "I should list them.",
+        },
         usage=Usage(prompt_tokens=100, completion_tokens=5, total_tokens=105),
     )
     await memory.append_message(sid, {"role": "tool", "tool_call_id": "c1", "content": "a.txt"})
     await memory.append_message(sid, {"role": "assistant", "content": "There is a.txt."})
     await memory.append_message("other", {"role": "user", "content": "unrelated"})
-    summary, history = await memory.prompt_history(sid)
+    summary, records = await memory.prompt_history(sid)
     assert summary is None
-    assert history == [
-        {"role": "user", "content": "list files\n\n[time]"},
-        {"role": "assistant", "content": "", "tool_calls": [_call("c1")]},
-        {"role": "tool", "tool_call_id": "c1", "content": "a.txt"},
-        {"role": "assistant", "content": "There is a.txt."},
+    assert [(r.role, r.content) for r in records] == [
+        ("user", "list files"),
+        ("assistant", ""),
+        ("tool", "a.txt"),
+        ("assistant", "There is a.txt."),
     ]
+    assert records[0].context == "[time]"  # kept apart: the prompt attaches it
+    assert records[1].tool_calls == [_call("c1")]
+    assert records[1].reasoning == "I should list them."  # replayed exactly, for the KV cache
+    assert records[2].tool_call_id == "c1"
     rows = memory.store.query("SELECT prompt_tokens FROM messages WHERE role='assistant'")
     assert rows[0][0] == 100
 
@@ -55,7 +65,9 @@ async def test_session_log_messages_are_append_only(memory: Memory) -> None:
         memory.store.query("DELETE FROM messages WHERE id = ?", (mid,))
 
 
-async def test_session_log_compaction_cut_never_splits_tool_call(memory: Memory) -> None:
+async def test_session_log_compaction_cut_hides_originals_which_stay_searchable(
+    memory: Memory,
+) -> None:
     sid = "s"
     ids = [await memory.append_message(sid, {"role": "user", "content": "one"})]
     ids.append(
@@ -67,27 +79,24 @@ async def test_session_log_compaction_cut_never_splits_tool_call(memory: Memory)
         result = {"role": "tool", "tool_call_id": call_id, "content": call_id.upper()}
         ids.append(await memory.append_message(sid, result))
     ids.append(await memory.append_message(sid, {"role": "assistant", "content": "done"}))
-    # A cut placed between the two results must move back before the assistant call.
-    await memory.set_summary(sid, "They said one.", ids[2])
-    summary, history = await memory.prompt_history(sid)
-    assert summary == "They said one."
-    assert [m["role"] for m in history] == ["assistant", "tool", "tool", "assistant"]
-    # A clean cut hides the originals from the prompt but they stay searchable.
     await memory.set_summary(sid, "They said one; tools ran.", ids[3])
-    summary, history = await memory.prompt_history(sid)
-    assert history == [{"role": "assistant", "content": "done"}]
+    summary, records = await memory.prompt_history(sid)
+    assert summary == "They said one; tools ran."
+    assert [r.id for r in records] == [ids[4]]
     hits = await memory.recall("one", k=5)
     assert any(h.kind == "message" and h.text == "one" for h in hits)
     assert (await memory.summary(sid))[1] == ids[3]
 
 
-async def test_session_log_unanswered_tool_call_gets_placeholder(memory: Memory) -> None:
+async def test_session_log_split_batch_and_lost_result_still_make_a_valid_prompt(
+    memory: Memory,
+) -> None:
     sid = "s"
     await memory.append_message(sid, {"role": "user", "content": "run"})
     call = {"role": "assistant", "content": "", "tool_calls": [_call("x")]}
-    await memory.append_message(sid, call)
+    await memory.append_message(sid, call)  # the process died before its result was logged
     await memory.append_message(sid, {"role": "user", "content": "hello again"})
-    _, history = await memory.prompt_history(sid)
+    _, history = await prompt_view(memory, sid)
     assert [m["role"] for m in history] == ["user", "assistant", "tool", "user"]
     assert history[2] == {"role": "tool", "tool_call_id": "x", "content": INTERRUPTED_RESULT}
 
@@ -146,8 +155,10 @@ async def test_migrations_upgrade_old_database_and_index_its_messages(tmp_path: 
         await mem.flush_index()
         hits = await mem.recall("what bike do I ride", k=3)
         assert hits and "Gazelle" in hits[0].text
-        _, history = await mem.prompt_history("s")
-        assert history == [{"role": "user", "content": "my bicycle is a green Gazelle"}]
+        _, records = await mem.prompt_history("s")
+        assert [(r.role, r.content, r.reasoning) for r in records] == [
+            ("user", "my bicycle is a green Gazelle", None)
+        ]
     finally:
         await mem.close()
 
@@ -203,11 +214,11 @@ async def test_append_message_survives_kill_9(tmp_path: Path) -> None:
     mem = Memory(MemoryConfig(db_path=path))
     await mem.open(background=False)
     try:
-        _, history = await mem.prompt_history("s")
+        _, records = await mem.prompt_history("s")
         stored = {int(r[0]) for r in mem.store.query("SELECT id FROM messages")}
         assert set(acked) <= stored
-        assert history[: len(acked)] == [
-            {"role": "user", "content": f"message {i}"} for i in range(len(acked))
+        assert [r.content for r in records[: len(acked)]] == [
+            f"message {i}" for i in range(len(acked))
         ]
     finally:
         await mem.close()

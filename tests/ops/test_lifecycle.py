@@ -18,6 +18,7 @@ from pathlib import Path
 from luna.config import build_config
 from luna.memory import Memory
 from tests.fakes.llm_server import FakeLLMServer, Reply
+from tests.history import prompt_view
 from tests.luna_process import clean_env
 
 
@@ -104,7 +105,7 @@ async def history(tmp_path: Path, session: str) -> list[dict]:
     memory = Memory(cfg.memory)
     await memory.open(background=False)
     try:
-        return (await memory.prompt_history(session))[1]
+        return (await prompt_view(memory, session))[1]
     finally:
         await memory.close()
 

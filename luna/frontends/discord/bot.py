@@ -20,16 +20,18 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 from dataclasses import dataclass
 from pathlib import PurePath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import discord
 
 from luna.config import Config
-from luna.errors import LunaError
+from luna.config.secrets import discord_token_problem
+from luna.errors import ConfigError, LunaError
 from luna.frontends.discord.approval import ReactionApprover
 from luna.frontends.discord.pipeline import Batch, Incoming, SessionPipeline
 from luna.frontends.discord.reply import HTTP_TIMEOUT, ReplyStream, safe_call, short_line
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+CLOSE_TIMEOUT = 10.0
 TYPING_EVERY = 8.0  # Discord shows "typing" for ~10 s per trigger
 THREAD_NAME_CHARS = 80
 GENERIC_FAILURE = "Something went wrong on my side; the details are in the log."
@@ -110,6 +113,50 @@ class Job:
     text: str
 
 
+def check(cfg: Config) -> None:
+    """A malformed DISCORD_TOKEN stops Luna with one line, before any network."""
+    problem = discord_token_problem(cfg.discord.token)
+    if problem:
+        raise ConfigError(
+            f"DISCORD_TOKEN is not a Discord bot token ({problem}); copy it from the "
+            "Developer Portal (Bot → Reset Token), or unset it to use the terminal"
+        )
+
+
+class DiscordFrontend:
+    """Runs the bot until ``stop``; replies in flight finish before it disconnects."""
+
+    name = "discord"
+
+    def __init__(self, bot: LunaBot, token: str, grace: float) -> None:
+        self.bot = bot
+        self.token = token
+        self.grace = grace
+
+    async def run(self, stop: asyncio.Event) -> None:
+        client = asyncio.create_task(self.bot.start(self.token))
+        stopper = asyncio.create_task(stop.wait())
+        try:
+            await asyncio.wait({client, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+        await self.bot.agent.drain(self.grace)  # running turns finish while we can reply
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.bot.close(), timeout=CLOSE_TIMEOUT)
+        if client.done() and not client.cancelled() and client.exception() is not None:
+            error = client.exception()
+            log.error("the Discord bot stopped", exc_info=error)
+            raise LunaError(f"the Discord bot stopped: {error}") from error
+        client.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await client
+
+
+def make(parts: Any, args: Any) -> DiscordFrontend:
+    bot = LunaBot(parts.cfg, parts.agent, parts.memory)
+    return DiscordFrontend(bot, parts.cfg.discord.token, parts.cfg.agent.shutdown_grace)
+
+
 class LunaBot(discord.Client):
     """The Discord client. ``await bot.start(token)`` runs it; ``await bot.close()`` stops it."""
 
@@ -131,8 +178,6 @@ class LunaBot(discord.Client):
     async def on_message(self, message: discord.Message) -> None:
         try:
             await self.handle_message(message)
-        except asyncio.CancelledError:
-            raise
         except Exception as e:  # noqa: BLE001 - one bad message must not stop the bot
             log.exception("discord: handling message %s failed", message.id)
             log_event("discord_error", op="on_message", error=type(e).__name__)
@@ -239,8 +284,6 @@ class LunaBot(discord.Client):
         try:
             async for event in self.agent.run_turn(inbound):
                 await stream.feed(event)
-        except asyncio.CancelledError:
-            raise
         except LunaError as e:
             log.exception("discord: turn failed in %s", batch.session_id)
             log_event("discord_error", op="turn", session=batch.session_id, error=type(e).__name__)

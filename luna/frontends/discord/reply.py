@@ -26,6 +26,7 @@ import discord
 from luna.frontends.discord.split import DISCORD_LIMIT, split_message
 from luna.messages import (
     AgentEvent,
+    Status,
     TextDelta,
     ToolFinished,
     ToolStarted,
@@ -77,6 +78,7 @@ class ReplyStream:
         self._tools: list[str] = []
         self._failed = 0
         self._running: dict[str, str] = {}
+        self._waiting = ""  # what the turn waits for (the server loading, a long prefill)
         self._status_dirty = False
         self._last_write = 0.0
         self._flush_task: asyncio.Task[None] | None = None
@@ -102,12 +104,18 @@ class ReplyStream:
             self.final = event.reply
         elif isinstance(event, TurnFailed):
             self.error = short_line(event.message) or "The turn failed."
+        elif isinstance(event, Status):
+            self._waiting = event.text
+            self._status_dirty = True
+            self._schedule()
 
     def fail(self, line: str) -> None:
         """Mark the turn failed with one short line for the user."""
         self.error = short_line(line) or "The turn failed."
 
     def status_text(self, *, done: bool = False) -> str:
+        if not self._tools:
+            return "" if done else f"-# ⏳ {self._waiting}"[:DISCORD_LIMIT]
         counts: dict[str, int] = {}
         for name in self._tools:
             counts[name] = counts.get(name, 0) + 1
@@ -170,6 +178,11 @@ class ReplyStream:
         return await safe_call(f"send_{what}", self.channel.send(content))
 
     async def _write_status(self, content: str) -> None:
+        if not content:  # a waiting line with nothing left to say: remove it
+            if self.status_message is not None:
+                await safe_call("delete_status", self.status_message.delete())
+                self.status_message = None
+            return
         self.status_message = await self._write(self.status_message, content, "status")
 
     async def finish(self) -> None:
@@ -178,7 +191,7 @@ class ReplyStream:
         if task is not None and not task.done():
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-        if self._tools:
+        if self._tools or self.status_message is not None:
             self._status_dirty = True
         await self._flush(live=False)
         if self.error is not None:

@@ -7,6 +7,7 @@ from typing import Any
 
 from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.frontends.discord.conftest import FRIEND_ID, OWNER_ID, STRANGER_ID
+from tests.history import prompt_view
 
 
 def user_text(request: dict[str, Any]) -> str:
@@ -25,7 +26,7 @@ async def test_bot_answers_dm_in_dm_session(
     await h.settle()
     assert [m["content"] for m in h.bot_messages(dm)] == ["Hi owner!"]
     assert user_text(llm_server.requests[0]) == "hello luna"
-    _, history = await h.memory.prompt_history(f"dm-{OWNER_ID}")
+    _, history = await prompt_view(h.memory, f"dm-{OWNER_ID}")
     assert [m["role"] for m in history] == ["user", "assistant"]
     assert await h.memory.session_scope(f"dm-{OWNER_ID}") == "owner"
     assert h.typing, "typing indicator was never sent"
@@ -44,7 +45,7 @@ async def test_bot_mention_is_stripped_and_uses_channel_session(
     assert len(llm_server.requests) == 1
     assert user_text(llm_server.requests[0]) == "what time is it?"
     assert [m["content"] for m in h.bot_messages(h.channel)] == ["It is noon."]
-    _, history = await h.memory.prompt_history(f"ch-{h.channel.id}-{OWNER_ID}")
+    _, history = await prompt_view(h.memory, f"ch-{h.channel.id}-{OWNER_ID}")
     assert history[0]["content"].startswith("what time is it?")
 
 
@@ -64,7 +65,7 @@ async def test_bot_mention_opens_thread_and_follow_ups_need_no_mention(
     await h.say("and the weekend too", h.owner, channel=thread)
     await h.settle()
     assert [m["content"] for m in h.bot_messages(thread)] == ["Let's talk here.", "Sure, more."]
-    _, history = await h.memory.prompt_history(f"thread-{thread.id}")
+    _, history = await prompt_view(h.memory, f"thread-{thread.id}")
     assert [m["role"] for m in history] == ["user", "assistant", "user", "assistant"]
 
 
@@ -136,7 +137,7 @@ async def test_bot_strangers_chat_without_tools_friends_get_tools(
     assert not stranger_req.get("tools")
     assert {t["function"]["name"] for t in friend_req["tools"]} == {"echo", "launch"}
     assert [m["content"] for m in h.bot_messages(dm)] == ["hello stranger"]
-    _, history = await h.memory.prompt_history(f"dm-{STRANGER_ID}")
+    _, history = await prompt_view(h.memory, f"dm-{STRANGER_ID}")
     assert history[0]["content"].startswith("hi")
     assert await h.memory.session_scope(f"dm-{STRANGER_ID}") == f"user:{STRANGER_ID}"
     assert await h.memory.session_scope(f"dm-{FRIEND_ID}") == f"user:{FRIEND_ID}"

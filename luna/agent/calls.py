@@ -1,0 +1,87 @@
+"""One round of tool calls: vet what the model asked for, run it, and record the results.
+
+Invariants:
+- A call is run only when it is whole: its arguments parse as a JSON object, and it is not the
+  last call of a reply cut off by ``max_tokens`` (a cut-off ``rm -rf /home/me/old`` must never
+  run as ``rm -rf /home``). A refused call gets an error result the model can act on, quoting
+  what it actually sent, and the round goes on.
+- What is logged and replayed is always valid: a refused call's arguments are stored as ``{}``
+  (servers reject history whose arguments do not parse); the raw text lives in its result.
+- Each call is logged before it runs and each result as it arrives (``persist``), so an
+  interrupted round still shows what ran.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from luna.agent.prompt import tool_result
+from luna.llm.wire import valid_arguments
+from luna.messages import AgentEvent, LLMResponse, ToolCall, ToolFinished, ToolStarted
+from luna.observe import log_event
+
+RAW_EXCERPT = 300
+Persist = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class VettedCall:
+    """A call as it will be logged (valid arguments) and why it must not run, if so."""
+
+    call: ToolCall
+    raw_arguments: str
+    problem: str | None = None
+
+
+def vet_calls(response: LLMResponse) -> list[VettedCall]:
+    """The response's calls, each with valid arguments and a problem when it must not run."""
+    out = []
+    last = len(response.tool_calls) - 1
+    for i, call in enumerate(response.tool_calls):
+        arguments, problem = valid_arguments(call.arguments)
+        if response.is_truncated and i == last:
+            problem = "the reply hit its length limit (llm.max_tokens) during this call"
+        out.append(
+            VettedCall(ToolCall(call.id, call.name, arguments), call.arguments or "", problem)
+        )
+    return out
+
+
+def refusal_text(vetted: VettedCall) -> str:
+    raw = vetted.raw_arguments
+    shown = raw if len(raw) <= RAW_EXCERPT else raw[:RAW_EXCERPT] + "…"
+    return (
+        f"Error: {vetted.call.name} was not run: {vetted.problem}. The arguments received "
+        f"were: {shown!r}. Send the call again, complete, with a JSON object of arguments."
+    )
+
+
+async def run_round(
+    vetted: list[VettedCall],
+    *,
+    execute: Callable[[ToolCall], Awaitable[Any]],
+    emit: Callable[[AgentEvent], None],
+    persist: Persist | None,
+) -> list[dict[str, Any]]:
+    """Run the runnable calls in order; returns the tool-result messages for the prompt."""
+    results = []
+    loop = asyncio.get_running_loop()
+    for item in vetted:
+        call = item.call
+        emit(ToolStarted(call.id, call.name, item.raw_arguments or call.arguments))
+        started = loop.time()
+        if item.problem is not None:
+            log_event("tool_call_refused", tool=call.name, reason=item.problem)
+            content, is_error = refusal_text(item), True
+        else:
+            result = await execute(call)
+            content, is_error = result.content, result.is_error
+        emit(ToolFinished(call.id, call.name, is_error, loop.time() - started, content[:200]))
+        message = tool_result(call.id, content)
+        if persist is not None:
+            await persist(message)
+        results.append(message)
+    return results
