@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Frontend = Literal["repl", "discord", "cli", "subagent"]
+Frontend = Literal["repl", "discord", "web", "cli", "subagent"]
 
 
 def new_call_id() -> str:

@@ -33,6 +33,7 @@ from luna.config.schema import (
     ObserveConfig,
     PermissionLevel,
     ToolsConfig,
+    WebConfig,
 )
 
 __all__ = [
@@ -52,6 +53,7 @@ __all__ = [
     "ObserveConfig",
     "PermissionLevel",
     "ToolsConfig",
+    "WebConfig",
     "bounds_of",
     "build_config",
     "default_config_path",

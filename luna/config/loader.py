@@ -2,8 +2,8 @@
 
 Invariants:
 - This is the only module that reads ``os.environ`` for settings.
-- Secrets (``discord.token``, ``llm.api_key``) come from the environment only; a config file that
-  sets one is refused with a message saying which variable to set instead.
+- Secrets (``discord.token``, ``llm.api_key``, ``web.token``) come from the environment only; a
+  config file that sets one is refused with a message saying which variable to set instead.
 - Relative paths resolve against the folder of the config file (or the current folder when
   there is none), so ``data/luna.db`` means the same thing wherever Luna is started from.
 - Every validation error becomes one ConfigError line naming the key path, what is allowed
@@ -35,6 +35,7 @@ ENV_OVERRIDES = {
     "LOG_DIR": "observe.log_dir",
     "LUNA_WORKSPACE": "agent.workspace",
     "LUNA_MCP_SERVERS": "mcp.servers_file",
+    "LUNA_WEB_TOKEN": "web.token",
 }
 
 
@@ -238,7 +239,9 @@ def mask_secret(value: str) -> str:
 
 def secret_values(cfg: Config) -> list[str]:
     """Secret strings that must never reach a log line, a tool or the model."""
-    return [v for v in (cfg.llm.api_key, cfg.discord.token, *cfg.extra_secrets) if v]
+    return [
+        v for v in (cfg.llm.api_key, cfg.discord.token, cfg.web.token, *cfg.extra_secrets) if v
+    ]
 
 
 def is_llm_endpoint_explicit(cfg: Config) -> bool:

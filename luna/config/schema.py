@@ -4,8 +4,8 @@ Invariants:
 - Every key has a default, so Luna runs with no config file at all; config.toml documents each.
 - Every numeric key has bounds (checked at load and by ``config set``); floats must be finite.
 - Field names are the TOML keys; a section model refuses unknown keys.
-- Secrets (``llm.api_key``, ``discord.token``) are plain fields filled from the environment only
-  (the loader refuses them in a file) and never appear in ``repr``.
+- Secrets (``llm.api_key``, ``discord.token``, ``web.token``) are plain fields filled from the
+  environment only (the loader refuses them in a file) and never appear in ``repr``.
 - Paths are stored as given here; the loader makes them absolute against the config's folder.
 """
 
@@ -126,6 +126,7 @@ class ToolsConfig(Section):
     permissions: dict[str, PermissionLevel] = Field(default_factory=dict)
     repl_permissions: dict[str, PermissionLevel] = Field(default_factory=dict)
     discord_permissions: dict[str, PermissionLevel] = Field(default_factory=dict)
+    web_permissions: dict[str, PermissionLevel] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _bash_limits(self) -> ToolsConfig:
@@ -148,6 +149,15 @@ class DiscordConfig(Section):
     burst_window: Annotated[float, Field(ge=0, le=60)] = 1.5
     edit_interval: Annotated[float, Field(ge=0.2, le=60)] = 1.2
     max_attachment_bytes: Annotated[int, Field(ge=0, le=25_000_000)] = 100_000
+
+
+class WebConfig(Section):
+    """The web front-end and HTTP API (``luna.frontends.web``); off unless ``enabled``."""
+
+    enabled: bool = False
+    host: NonEmpty = "127.0.0.1"
+    port: Annotated[int, Field(ge=0, le=65535)] = 8765
+    token: str = Field("", repr=False)  # secret: LUNA_WEB_TOKEN only
 
 
 class ObserveConfig(Section):
@@ -179,6 +189,7 @@ class Config(BaseModel):
     discord: DiscordConfig = Field(default_factory=DiscordConfig)
     observe: ObserveConfig = Field(default_factory=ObserveConfig)
     mcp: MCPConfig = Field(default_factory=MCPConfig)
+    web: WebConfig = Field(default_factory=WebConfig)
     # Where the config came from and where each value came from (key path -> source).
     path: Path | None = None
     base_dir: Path = Path(".")
@@ -200,6 +211,11 @@ SECTIONS: dict[str, type[Section]] = {
     "discord": DiscordConfig,
     "observe": ObserveConfig,
     "mcp": MCPConfig,
+    "web": WebConfig,
 }
 
-SECRET_KEYS = {"llm.api_key": "LLM_API_KEY", "discord.token": "DISCORD_TOKEN"}
+SECRET_KEYS = {
+    "llm.api_key": "LLM_API_KEY",
+    "discord.token": "DISCORD_TOKEN",
+    "web.token": "LUNA_WEB_TOKEN",
+}

@@ -3,7 +3,7 @@
 Resolution order (later wins): the level the tool was registered with → built-in front-end
 defaults (in the REPL the owner is at the keyboard, so sandboxed bash and workspace file tools
 run without asking) → ``tools.permissions`` → ``tools.repl_permissions`` /
-``tools.discord_permissions`` for that front-end.
+``tools.discord_permissions`` / ``tools.web_permissions`` for that front-end.
 
 Invariants:
 - The result is always one of ``allow``, ``ask``, ``deny``; unknown values (already refused by
@@ -34,6 +34,10 @@ def resolve_level(
     """The effective level of ``tool`` when called from ``frontend``."""
     level: str = FRONTEND_DEFAULTS.get(frontend, {}).get(tool, default)
     level = cfg.permissions.get(tool, level)
-    per_frontend = {"repl": cfg.repl_permissions, "discord": cfg.discord_permissions}
+    per_frontend = {
+        "repl": cfg.repl_permissions,
+        "discord": cfg.discord_permissions,
+        "web": cfg.web_permissions,
+    }
     level = per_frontend.get(frontend, {}).get(tool, level)
     return level if level in PERMISSION_LEVELS else "ask"  # type: ignore[return-value]
