@@ -22,7 +22,8 @@ from typing import Any
 
 from luna.config import Config
 from luna.errors import LunaError
-from luna.memory import Memory, RecallItem, normalize_timestamp
+from luna.memory import Memory, normalize_timestamp
+from luna.memory.browse import recall_json
 
 IMPORT_BATCH = 256
 SOURCES = ("user", "assistant", "tool", "import")
@@ -89,17 +90,6 @@ async def open_memory(cfg: Config, **kwargs: Any) -> AsyncIterator[Memory]:
         await mem.close()
 
 
-def _result(item: RecallItem) -> dict[str, Any]:
-    return {
-        "id": item.external_id if item.external_id is not None else item.id,
-        "kind": item.kind,
-        "score": item.score,
-        "text": item.text,
-        "created_at": item.created_at,
-        "source": item.source,
-    }
-
-
 async def search_cmd(args: argparse.Namespace, cfg: Config) -> int:
     if args.batch is None and not args.query:
         print("memory search: give a QUERY or --batch FILE", file=sys.stderr)
@@ -120,7 +110,8 @@ async def search_cmd(args: argparse.Namespace, cfg: Config) -> int:
             if args.json:
                 print(
                     json.dumps(
-                        {"query": query, "results": [_result(i) for i in items]}, ensure_ascii=False
+                        {"query": query, "results": [recall_json(i) for i in items]},
+                        ensure_ascii=False,
                     ),
                     flush=True,
                 )

@@ -2,6 +2,8 @@
 
 Reads ``observe.log_dir/luna-YYYY-MM-DD.jsonl`` (written by :mod:`luna.observe`) and sums the
 ``turn``, ``llm_call`` and ``tool_run`` events of the last N days into one readable table.
+:func:`daily` gives the same events per UTC day (the web page's charts) and :func:`tool_runs`
+the most recent tool runs; all three read the log through one iterator, :func:`events`.
 
 Invariants:
 - Read-only: never writes or rotates logs; a malformed line is counted and skipped, never fatal.
@@ -20,7 +22,8 @@ import json
 import math
 import re
 import sys
-from collections import Counter
+from collections import Counter, deque
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,11 +89,7 @@ def _num(value: Any) -> float | None:
     return float(value)
 
 
-def collect(log_dir: Path, days: int, *, now: dt.datetime | None = None) -> Stats:
-    """Aggregate the events of the last ``days`` days (blocking: call via to_thread)."""
-    now = now or dt.datetime.now(dt.UTC)
-    since = now - dt.timedelta(days=days)
-    stats = Stats(days=days, since=since.isoformat(timespec="seconds"))
+def _log_files(log_dir: Path, since: dt.datetime) -> list[Path]:
     # Files are named by local date; allow a day of slack either side for time zones.
     first_day = (since - dt.timedelta(days=1)).date()
     files = []
@@ -99,13 +98,24 @@ def collect(log_dir: Path, days: int, *, now: dt.datetime | None = None) -> Stat
             m = _FILE_RE.match(path.name)
             if m and dt.date.fromisoformat(m.group(1)) >= first_day:
                 files.append(path)
-    turn_ms: list[float] = []
-    llm_ms: list[float] = []
-    tool_ms: list[float] = []
-    tools: dict[str, Counter[str]] = {}
-    sessions: set[str] = set()
-    for path in files:
-        stats.files += 1
+    return files
+
+
+@dataclass
+class LogReading:
+    """What :func:`events` read: files opened and lines it could not parse."""
+
+    files: int = 0
+    bad_lines: int = 0
+
+
+def events(
+    log_dir: Path, since: dt.datetime, now: dt.datetime, reading: LogReading | None = None
+) -> Iterator[tuple[dt.datetime, dict[str, Any]]]:
+    """(timestamp, event) for every event in ``[since, now]``, oldest file first (blocking)."""
+    reading = reading if reading is not None else LogReading()
+    for path in _log_files(log_dir, since):
+        reading.files += 1
         with path.open(encoding="utf-8", errors="replace") as f:
             for line in f:
                 line = line.strip()
@@ -114,15 +124,32 @@ def collect(log_dir: Path, days: int, *, now: dt.datetime | None = None) -> Stat
                 try:
                     ev = json.loads(line)
                 except json.JSONDecodeError:
-                    stats.bad_lines += 1
+                    reading.bad_lines += 1
                     continue
                 if not isinstance(ev, dict):
-                    stats.bad_lines += 1
+                    reading.bad_lines += 1
                     continue
                 ts = _parse_ts(ev.get("ts"))
                 if ts is None or ts < since or ts > now:
                     continue
-                _add_event(stats, ev, turn_ms, llm_ms, tool_ms, tools, sessions)
+                yield ts, ev
+
+
+def collect(log_dir: Path, days: int, *, now: dt.datetime | None = None) -> Stats:
+    """Aggregate the events of the last ``days`` days (blocking: call via to_thread)."""
+    now = now or dt.datetime.now(dt.UTC)
+    since = now - dt.timedelta(days=days)
+    stats = Stats(days=days, since=since.isoformat(timespec="seconds"))
+    turn_ms: list[float] = []
+    llm_ms: list[float] = []
+    tool_ms: list[float] = []
+    tools: dict[str, Counter[str]] = {}
+    sessions: set[str] = set()
+    reading = LogReading()
+    for _ts, ev in events(log_dir, since, now, reading):
+        _add_event(stats, ev, turn_ms, llm_ms, tool_ms, tools, sessions)
+    stats.files = reading.files
+    stats.bad_lines = reading.bad_lines
     stats.sessions = len(sessions)
     stats.turn_latency_ms = _latency(turn_ms)
     stats.llm_latency_ms = _latency(llm_ms)
@@ -169,6 +196,86 @@ def _add_event(
         counter["errors"] += 1 if is_error else 0
         if (ms := _num(ev.get("duration_ms"))) is not None:
             tool_ms.append(ms)
+
+
+@dataclass
+class Day:
+    """One UTC day of usage, for charts."""
+
+    day: str
+    turns: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens the server took from its KV cache
+    prefilled_tokens: int = 0  # prompt tokens it had to process
+    prompt_ms: float = 0.0
+    tool_calls: int = 0
+    tool_errors: int = 0
+    turn_latency_ms: dict[str, float | None] = field(default_factory=dict)
+
+
+def daily(log_dir: Path, days: int, *, now: dt.datetime | None = None) -> list[Day]:
+    """Usage per UTC day over the last ``days`` days, oldest first, every day present (blocking).
+
+    Turn latency p50/p95 are per day; cached + prefilled = prompt tokens on llama-server.
+    """
+    now = now or dt.datetime.now(dt.UTC)
+    since = now - dt.timedelta(days=days)
+    first = since.date()
+    out = {
+        (first + dt.timedelta(days=i)).isoformat(): Day((first + dt.timedelta(days=i)).isoformat())
+        for i in range((now.date() - first).days + 1)
+    }
+    latencies: dict[str, list[float]] = {key: [] for key in out}
+    for ts, ev in events(log_dir, since, now):
+        key = ts.astimezone(dt.UTC).date().isoformat()
+        day = out.get(key)
+        if day is None:
+            continue
+        name = ev.get("event")
+        if name == "turn":
+            day.turns += 1
+            if (ms := _num(ev.get("latency_ms"))) is not None:
+                latencies[key].append(ms)
+        elif name == "llm_call":
+            day.prompt_tokens += int(_num(ev.get("prompt_tokens")) or 0)
+            day.completion_tokens += int(_num(ev.get("completion_tokens")) or 0)
+            day.cached_tokens += int(_num(ev.get("cached_tokens")) or 0)
+            day.prefilled_tokens += int(_num(ev.get("prefilled_tokens")) or 0)
+            day.prompt_ms += _num(ev.get("prompt_ms")) or 0.0
+        elif name == "tool_run":
+            day.tool_calls += 1
+            day.tool_errors += 1 if ev.get("is_error") else 0
+    for key, day in out.items():
+        day.turn_latency_ms = _latency(latencies[key])
+        day.prompt_ms = round(day.prompt_ms, 1)
+    return list(out.values())
+
+
+def tool_runs(
+    log_dir: Path, days: int, limit: int, *, now: dt.datetime | None = None
+) -> list[dict[str, Any]]:
+    """The last ``limit`` ``tool_run`` events of the last ``days`` days, newest first
+    (blocking)."""
+    now = now or dt.datetime.now(dt.UTC)
+    recent: deque[dict[str, Any]] = deque(maxlen=max(1, limit))
+    for _ts, ev in events(log_dir, now - dt.timedelta(days=days), now):
+        if ev.get("event") == "tool_run":
+            recent.append(
+                {
+                    k: ev.get(k)
+                    for k in (
+                        "ts",
+                        "tool",
+                        "session_id",
+                        "turn_id",
+                        "duration_ms",
+                        "is_error",
+                        "output_bytes",
+                    )
+                }
+            )
+    return list(reversed(recent))
 
 
 def _ms(value: float | None) -> str:
