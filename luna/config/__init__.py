@@ -32,6 +32,7 @@ from luna.config.schema import (
     MemoryConfig,
     ObserveConfig,
     PermissionLevel,
+    SchedulerConfig,
     ToolsConfig,
     WebConfig,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "MCPConfig",
     "MemoryConfig",
     "ObserveConfig",
+    "SchedulerConfig",
     "PermissionLevel",
     "ToolsConfig",
     "WebConfig",

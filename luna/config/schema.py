@@ -101,6 +101,19 @@ class AgentConfig(Section):
     workspace: Path = Path("data/workspace")
     turn_timeout: Annotated[float, Field(ge=1, le=DAY)] = 1800.0
     shutdown_grace: Annotated[float, Field(ge=0, le=3600)] = 20.0
+    timezone: str = ""  # IANA name; "" = the system's (luna.config.timezone)
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        from luna.config.timezone import is_zone_name, suggest_zone
+
+        value = value.strip()
+        if value and not is_zone_name(value):
+            raise ValueError(
+                f"must be an IANA time zone name like 'Europe/Berlin'{suggest_zone(value)}"
+            )
+        return value
 
 
 class ToolsConfig(Section):
@@ -171,6 +184,34 @@ class ObserveConfig(Section):
         return value.upper() if isinstance(value, str) else value
 
 
+DEFAULT_HEARTBEAT_PROMPT = (
+    "Heartbeat: go through your check-list and tell me only what needs my attention now. "
+    "If nothing does, answer exactly: nothing to report"
+)
+
+
+class SchedulerConfig(Section):
+    """Reminders, recurring tasks and the heartbeat (``luna.scheduler``)."""
+
+    enabled: bool = True
+    poll_interval: Annotated[float, Field(ge=1, le=3600)] = 30.0
+    grace: Annotated[float, Field(ge=0, le=7 * DAY)] = 900.0
+    max_retries: Annotated[int, Field(ge=0, le=10)] = 3
+    retry_backoff: Annotated[float, Field(ge=1, le=DAY)] = 60.0
+    max_concurrent: Annotated[int, Field(ge=1, le=16)] = 2
+    min_interval: Annotated[float, Field(ge=60, le=DAY)] = 300.0
+    max_horizon_days: Annotated[int, Field(ge=1, le=36_500)] = 3650
+    max_tasks_per_user: Annotated[int, Field(ge=1, le=100_000)] = 100
+    strangers: Literal["none", "reminders"] = "none"
+    max_tasks_per_stranger: Annotated[int, Field(ge=0, le=1000)] = 3
+    max_text_chars: Annotated[int, Field(ge=1, le=100_000)] = 4000
+    heartbeat: bool = False
+    heartbeat_cron: NonEmpty = "0 9 * * *"
+    heartbeat_prompt: NonEmpty = DEFAULT_HEARTBEAT_PROMPT
+    heartbeat_file: Path = Path("data/workspace/HEARTBEAT.md")
+    heartbeat_to: Literal["auto", "repl", "discord"] = "auto"
+
+
 class MCPConfig(Section):
     servers_file: Path = Path("mcp_servers.json")
     start_timeout: Annotated[float, Field(ge=1, le=600)] = 30.0
@@ -190,6 +231,7 @@ class Config(BaseModel):
     observe: ObserveConfig = Field(default_factory=ObserveConfig)
     mcp: MCPConfig = Field(default_factory=MCPConfig)
     web: WebConfig = Field(default_factory=WebConfig)
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     # Where the config came from and where each value came from (key path -> source).
     path: Path | None = None
     base_dir: Path = Path(".")
@@ -212,6 +254,7 @@ SECTIONS: dict[str, type[Section]] = {
     "observe": ObserveConfig,
     "mcp": MCPConfig,
     "web": WebConfig,
+    "scheduler": SchedulerConfig,
 }
 
 SECRET_KEYS = {
