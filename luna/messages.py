@@ -6,17 +6,44 @@ Invariants:
 - Tool-call arguments stay the raw JSON string the model produced until a tool validates them,
   so malformed JSON is reported to the model instead of crashing the turn.
 - Agent events are what front-ends see while a turn runs; they carry no agent logic.
+- Text is valid Unicode wherever it is stored or sent: ``clean_text`` is the one repair.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Frontend = Literal["repl", "discord", "web", "cli", "subagent"]
+
+
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+REPLACEMENT = "\ufffd"
+
+
+def clean_text(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD: visibly, never dropped.
+
+    Lone surrogates are what undecodable input bytes become (``surrogateescape``) and what a
+    broken model reply can hold; they cannot be stored as UTF-8 nor sent as JSON. NUL and
+    every other character are kept as they are.
+    """
+    return _SURROGATE.sub(REPLACEMENT, text) if _SURROGATE.search(text) else text
+
+
+def clean_value(value: Any) -> Any:
+    """``clean_text`` applied to every string inside a JSON-like value."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, list):
+        return [clean_value(v) for v in value]
+    if isinstance(value, dict):
+        return {clean_text(str(k)): clean_value(v) for k, v in value.items()}
+    return value
 
 
 def new_call_id() -> str:

@@ -5,6 +5,8 @@ Invariants:
 - ``llm_server`` is a real HTTP server on 127.0.0.1 (a thread), fresh per test.
 - ``luna_config`` builds a Config whose data paths all live under ``tmp_path`` and whose
   ``llm.endpoint`` is the fake server.
+- ``real_llama`` starts the real C++ llama-server (Gemma 3 270M rendering Qwen3.5's template)
+  on loopback, once per (template, ctx, slots) per session, or fresh on request.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pytest
 
 from luna.config import Config, build_config
 from tests.fakes.llm_server import FakeLLMServer, Reply
+from tests.real_llama import RealLlama, model_path
 
 ISOLATED_ENV = (
     "DISCORD_TOKEN",
@@ -81,3 +84,30 @@ def luna_config(tmp_path: Path, llm_server: FakeLLMServer) -> Callable[..., Conf
         return build_config(_merge(base, data or {}), dict(env or {}), base_dir=tmp_path)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def real_llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., RealLlama]]:
+    """``real_llama(template="stock"|"luna", ctx=8192, slots=1, fresh=False) -> RealLlama``."""
+    base = tmp_path_factory.mktemp("llama-server")
+    model = model_path(base / "models")
+    shared: dict[tuple[str, int, int], RealLlama] = {}
+    fresh: list[RealLlama] = []
+
+    def get(
+        template: str = "stock", ctx: int = 8192, slots: int = 1, *, fresh_server: bool = False
+    ) -> RealLlama:
+        key = (template, ctx, slots)
+        if fresh_server or key not in shared:
+            log = base / f"llama-{template}-{ctx}-{slots}-{len(fresh)}.log"
+            server = RealLlama(model, log, template=template, ctx=ctx, slots=slots).start()
+            if not fresh_server:
+                shared[key] = server
+            else:
+                fresh.append(server)
+            return server
+        return shared[key]
+
+    yield get
+    for server in [*shared.values(), *fresh]:
+        server.stop()

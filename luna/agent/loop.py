@@ -260,7 +260,12 @@ class Agent:
             messages.append(assistant)
             messages.extend(results)
         if self.librarian is not None:
-            self.librarian.maybe_schedule(msg.session_id, usage.prompt_tokens if usage else None)
+            self.librarian.maybe_schedule(
+                msg.session_id,
+                usage.prompt_tokens if usage else None,
+                context_tokens=call.context_tokens,
+                overflowed=call.overflowed,
+            )
         return rounds
 
     async def _stream(

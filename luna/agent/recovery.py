@@ -21,7 +21,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from luna.agent.fit import ContextFit
+from luna.agent.fit import ContextFit, request_chars
 from luna.agent.prompt import turn_start
 from luna.errors import LLMContextOverflowError, LLMRejectedError
 from luna.llm import LLMClient
@@ -30,6 +30,7 @@ from luna.observe import log_event
 
 log = logging.getLogger(__name__)
 
+SERVER_MARGIN = 0.9  # after the server said "too long", aim a little lower than its limit
 TOO_LONG = (
     "This conversation no longer fits the model's context, even with older messages left out "
     "— the newest message alone is too long. Send it in smaller parts, or start a /new session."
@@ -85,6 +86,8 @@ class ModelCall:
         self.llm = llm
         self.fit = fit
         self.excluded = excluded  # digests of messages this session's server refused
+        self.overflowed = False  # a request of this turn had to be trimmed to fit
+        self.context_tokens: int | None = None  # the server's own context, once known
 
     def leave_out_refused(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if not self.excluded:
@@ -99,17 +102,18 @@ class ModelCall:
     ) -> tuple[LLMResponse, list[dict[str, Any]]]:
         """(response, the messages actually sent); later rounds build on the latter."""
         info = await self.llm.server_info()
-        limit = self.fit.limit(info.n_ctx if info else None)
+        self.context_tokens = info.n_ctx if info else None
+        limit = self.fit.limit(self.context_tokens)
         messages = self._fitted(messages, tools, limit, reason="estimate")
         try:
             response = await send(messages)
         except LLMContextOverflowError as e:
-            n_ctx = e.n_ctx or limit
-            if e.n_prompt_tokens:
+            if e.n_prompt_tokens:  # the server counted: calibrate on its figure
                 self.fit.chars_per_token = max(
-                    1.0, len(json.dumps(messages)) / max(1, e.n_prompt_tokens)
+                    1.0, request_chars(messages, tools) / e.n_prompt_tokens
                 )
-            messages = self._fitted(messages, tools, self.fit.limit(n_ctx), reason="server")
+            target = int(self.fit.limit(e.n_ctx or limit) * SERVER_MARGIN)
+            messages = self._fitted(messages, tools, target, reason="server")
             response = await send(messages)
         except LLMRejectedError as e:
             messages = await self._repaired(messages, tools, e)
@@ -128,6 +132,7 @@ class ModelCall:
         if reason == "estimate" and self.fit.estimate(messages, tools) <= limit:
             return messages
         trimmed = self.fit.shrink(messages, tools, limit)
+        self.overflowed = True
         if trimmed is None:
             raise LLMContextOverflowError(TOO_LONG, n_prompt_tokens=None, n_ctx=limit)
         log_event(

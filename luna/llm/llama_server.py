@@ -35,7 +35,7 @@ START_TIMEOUT = 120.0
 STOP_GRACE = 5.0
 # Sets PR_SET_PDEATHSIG, checks the parent did not die meanwhile, then execs the server: the
 # death signal survives execve, so llama-server itself gets SIGTERM when Luna dies.
-_EXEC_WITH_PARENT = (
+EXEC_WITH_PARENT = (
     "import ctypes, os, signal, sys\n"
     "parent = int(sys.argv[1])\n"
     "if sys.platform == 'linux':\n"
@@ -129,7 +129,7 @@ class LlamaServer:
             self._proc = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-c",
-                _EXEC_WITH_PARENT,
+                EXEC_WITH_PARENT,
                 str(os.getpid()),
                 *self.command(),
                 stdin=asyncio.subprocess.DEVNULL,

@@ -12,30 +12,10 @@ Invariants:
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from luna.llm.markup import defuse_chat_tokens
-from luna.messages import ToolCall, new_call_id
-
-_SURROGATE = re.compile(r"[\ud800-\udfff]")
-REPLACEMENT = "\ufffd"
-
-
-def clean_text(text: str) -> str:
-    """``text`` with every lone surrogate replaced by U+FFFD (visible, never dropped)."""
-    return _SURROGATE.sub(REPLACEMENT, text) if _SURROGATE.search(text) else text
-
-
-def clean_value(value: Any) -> Any:
-    """``clean_text`` applied to every string inside a JSON-like value."""
-    if isinstance(value, str):
-        return clean_text(value)
-    if isinstance(value, list):
-        return [clean_value(v) for v in value]
-    if isinstance(value, dict):
-        return {clean_text(str(k)): clean_value(v) for k, v in value.items()}
-    return value
+from luna.messages import ToolCall, clean_text, clean_value, new_call_id
 
 
 def valid_arguments(raw: Any) -> tuple[str, str | None]:

@@ -3,11 +3,13 @@
 Invariants:
 - ``maybe_schedule`` never blocks and never delays a reply: it starts at most one background
   pass per session (tracked in a set of tasks) and returns at once.
-- A pass runs when the session's prompt tokens pass ``llm.context_tokens ×
-  memory.context_threshold`` or when ``memory.compact_every_messages`` messages have piled up
-  since the last cut. It summarizes all but the last ``memory.retain_messages`` messages (the
-  boundary is moved back so a tool call is never split from its results), folding the previous
-  summary into the new one.
+- A pass runs when the session's prompt tokens pass the context (the smaller of
+  ``llm.context_tokens`` and the server's own) × ``memory.context_threshold``, when a request
+  had to be trimmed to fit, or when ``memory.compact_every_messages`` messages have piled up
+  since the last cut. Prompt tokens include any reasoning kept in the history
+  (``llm.history_reasoning = "keep"``), so its cost in context is counted. It summarizes all
+  but the last ``memory.retain_messages`` messages (the boundary is moved back so a tool call
+  is never split from its results), folding the previous summary into the new one.
 - Facts with importance ≥ ``memory.fact_importance_threshold`` are stored; a near-duplicate
   (cosine ≥ ``memory.dedup_similarity``) is merged into the existing fact; for similar but
   different facts the model is asked which ones the new fact replaces, and those are superseded.
@@ -113,15 +115,29 @@ class Librarian:
         self._running: dict[str, asyncio.Task[None]] = {}
         self._backoff: dict[str, tuple[float, float]] = {}  # session -> (until, delay)
 
-    def maybe_schedule(self, session_id: str, prompt_tokens: int | None) -> bool:
-        """Start a background pass for the session if none runs; True when one started."""
+    def maybe_schedule(
+        self,
+        session_id: str,
+        prompt_tokens: int | None,
+        *,
+        context_tokens: int | None = None,
+        overflowed: bool = False,
+    ) -> bool:
+        """Start a background pass for the session if none runs; True when one started.
+
+        ``context_tokens`` is the context the request really had (the server's own figure
+        when it is smaller than ``llm.context_tokens``); ``overflowed`` means the request had
+        to be trimmed to fit, so the session is compacted whatever the counts say.
+        """
         if session_id in self._running:
             return False
         until, _ = self._backoff.get(session_id, (0.0, 0.0))
         if time.monotonic() < until:
             return False
+        limit = min(self.cfg.llm.context_tokens, context_tokens or self.cfg.llm.context_tokens)
         task = asyncio.get_running_loop().create_task(
-            self._pass(session_id, prompt_tokens), name=f"librarian-{session_id}"
+            self._pass(session_id, prompt_tokens, limit, overflowed),
+            name=f"librarian-{session_id}",
         )
         self._running[session_id] = task
         task.add_done_callback(lambda t, sid=session_id: self._done(sid, t))
@@ -150,20 +166,25 @@ class Librarian:
 
     # ---- one pass ----------------------------------------------------------------------
 
-    def _needs_pass(self, n_messages: int, prompt_tokens: int | None) -> str | None:
+    def _needs_pass(
+        self, n_messages: int, prompt_tokens: int | None, context_tokens: int, overflowed: bool
+    ) -> str | None:
         mc = self.cfg.memory
-        limit = self.cfg.llm.context_tokens * mc.context_threshold
-        if prompt_tokens is not None and prompt_tokens >= limit:
+        if overflowed:
+            return "overflow"
+        if prompt_tokens is not None and prompt_tokens >= context_tokens * mc.context_threshold:
             return "context"
         if n_messages >= mc.compact_every_messages:
             return "messages"
         return None
 
-    async def _pass(self, session_id: str, prompt_tokens: int | None) -> None:
+    async def _pass(
+        self, session_id: str, prompt_tokens: int | None, context_tokens: int, overflowed: bool
+    ) -> None:
         mc = self.cfg.memory
         previous, cut = await self.memory.summary(session_id)
         messages = await self.memory.session_messages(session_id, cut)
-        reason = self._needs_pass(len(messages), prompt_tokens)
+        reason = self._needs_pass(len(messages), prompt_tokens, context_tokens, overflowed)
         if reason is None:
             return
         b = compaction_boundary(messages, mc.retain_messages)

@@ -17,7 +17,7 @@ from typing import Any
 
 from luna.errors import MemoryStoreError
 from luna.memory.store import Store, now_iso
-from luna.messages import LoggedMessage, Usage
+from luna.messages import LoggedMessage, Usage, clean_value
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -43,6 +43,7 @@ def append_message(
     scope: str = "owner",
 ) -> int:
     """Durably append one OpenAI-style message; returns its id."""
+    message = clean_value(message)  # undecodable input is stored visibly replaced, never lost
     role = message.get("role")
     if role not in ROLES:
         raise MemoryStoreError(f"cannot log a message with role {role!r}")

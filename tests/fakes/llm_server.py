@@ -67,6 +67,7 @@ class Reply:
     pings: int = 0  # streaming: SSE keep-alive comments sent before the first chunk
     ping_interval: float = 0.0
     raw_bytes: bytes | None = None  # streaming: sent as one SSE data line instead of content
+    timings: dict[str, Any] | None = None  # llama-server timings to report (default: from usage)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Reply:
@@ -435,9 +436,8 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
                     "model": body.get("model") or server.model,
                     "choices": [{"index": 0, "message": message, "finish_reason": finish}],
                     "usage": usage,
-                    "timings": {
-                        "cache_n": usage.get("prompt_tokens_details", {}).get("cached_tokens", 0)
-                    },
+                    "timings": reply.timings
+                    or {"cache_n": usage.get("prompt_tokens_details", {}).get("cached_tokens", 0)},
                 },
             )
 
@@ -511,7 +511,7 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
             finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
             usage = _usage(reply, body, cached)
             cache_n = usage.get("prompt_tokens_details", {}).get("cached_tokens", 0)
-            chunk({}, finish, timings={"cache_n": cache_n})
+            chunk({}, finish, timings=reply.timings or {"cache_n": cache_n})
             if (body.get("stream_options") or {}).get("include_usage"):
                 send(
                     {

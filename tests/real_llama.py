@@ -1,0 +1,153 @@
+"""The real C++ llama-server for tests and benchmarks, rendering requests as production does.
+
+It runs the Gemma 3 270M GGUF with ``--jinja --chat-template-file`` pointing at Qwen3.5's chat
+template (the stock one from the llama.cpp tree the binary was built from, or Luna's own), so
+every request is rendered, parsed and cached exactly as for Qwen3.5. Flags make ``cache_n``
+mean "the longest common token prefix with what the slot holds": one slot, the full-size SWA
+cache, no host-RAM prompt cache, no KV-shift reuse.
+
+Helpers speak the server's own endpoints: ``render`` (/apply-template), ``tokenize``,
+``complete`` (/completion with ``n_predict: 0``: evaluates a prompt into the cache, which is
+how a scripted model's output can be made to sit in the cache exactly as if generated).
+
+Nothing here skips: a missing binary fails with the command that builds it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from luna.llm.embedded import ensure_model
+from luna.llm.llama_server import EXEC_WITH_PARENT, default_binary, free_port, templates_dir
+
+REPO = Path(__file__).resolve().parents[1]
+STOCK_TEMPLATE = templates_dir() / "Qwen3.5-4B.jinja"
+LUNA_TEMPLATE = REPO / "luna" / "llm" / "templates" / "qwen3.5-luna.jinja"
+ALIAS = "qwen3.5-test"
+TEMPLATES = {"stock": STOCK_TEMPLATE, "luna": LUNA_TEMPLATE}
+
+
+def model_path(cache: Path) -> Path:
+    """The Gemma GGUF, assembled once per test session into ``cache``."""
+    return ensure_model(cache)
+
+
+class RealLlama:
+    """One llama-server process (synchronous start/stop, usable from any event loop)."""
+
+    def __init__(
+        self,
+        model: Path,
+        log_path: Path,
+        *,
+        template: str = "stock",
+        ctx: int = 8192,
+        slots: int = 1,
+        extra: tuple[str, ...] = (),
+    ) -> None:
+        binary = default_binary()
+        if not binary.exists():
+            raise RuntimeError(
+                f"llama-server is not installed at {binary}: run `bash .ci/install --dev`"
+            )
+        self.template = TEMPLATES[template]
+        self.port = free_port()
+        self.ctx = ctx
+        self.log_path = log_path
+        self.args = [
+            str(binary),
+            *("--model", str(model), "--alias", ALIAS, "--host", "127.0.0.1"),
+            *("--port", str(self.port), "-c", str(ctx), "-np", str(slots)),
+            *("--jinja", "--chat-template-file", str(self.template)),
+            *("--reasoning-format", "deepseek", "--swa-full", "--cache-ram", "0"),
+            *("--cache-reuse", "0", "-t", "2", *extra),
+        ]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def root_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"{self.root_url}/v1"
+
+    def spawn(self) -> RealLlama:
+        """Start the process without waiting for the model to load."""
+        log = self.log_path.open("ab")
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", EXEC_WITH_PARENT, str(os.getpid()), *self.args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        finally:
+            log.close()
+        return self
+
+    def wait_healthy(self, timeout: float = 120.0) -> RealLlama:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"llama-server exited; see {self.log_path}")
+            try:
+                if httpx.get(f"{self.root_url}/health", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"llama-server did not start; see {self.log_path}")
+
+    def start(self) -> RealLlama:
+        return self.spawn().wait_healthy()
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.proc = None
+
+    # ---- the server's own endpoints -----------------------------------------------------
+    def post(self, path: str, body: dict[str, Any], timeout: float = 120.0) -> httpx.Response:
+        return httpx.post(f"{self.root_url}{path}", json=body, timeout=timeout)
+
+    def render(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        **kwargs: Any,
+    ) -> str:
+        body: dict[str, Any] = {"messages": messages, **kwargs}
+        if tools:
+            body["tools"] = tools
+        r = self.post("/apply-template", body)
+        r.raise_for_status()
+        return r.json()["prompt"]
+
+    def tokenize(self, text: str) -> list[int]:
+        r = self.post("/tokenize", {"content": text, "add_special": True})
+        r.raise_for_status()
+        return r.json()["tokens"]
+
+    def complete(self, prompt: str) -> dict[str, Any]:
+        """Evaluate ``prompt`` into the slot's cache; returns the server's timings."""
+        r = self.post("/completion", {"prompt": prompt, "n_predict": 0, "cache_prompt": True})
+        r.raise_for_status()
+        return r.json()["timings"]
+
+    def props(self) -> dict[str, Any]:
+        return httpx.get(f"{self.root_url}/props", timeout=10).json()
