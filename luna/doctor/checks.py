@@ -405,3 +405,17 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("--json", action="store_true", help="print one JSON object with all results")
     p.set_defaults(handler=run_doctor)
+    sub = p.add_subparsers(dest="doctor_command", metavar="ACTION")
+    cache = sub.add_parser(
+        "cache",
+        help="per request of a session: prompt, cached and prefilled tokens, and why not reused",
+    )
+    cache.add_argument("session", help="session id (see `luna replay --list`)")
+    cache.add_argument("--json", action="store_true", help="one JSON list of rows")
+    cache.set_defaults(handler=_run_cache)
+
+
+async def _run_cache(args: argparse.Namespace, cfg: Config) -> int:
+    from luna.doctor.cache import run_cache
+
+    return await run_cache(args, cfg)

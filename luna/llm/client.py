@@ -48,6 +48,10 @@ _log = logging.getLogger(__name__)
 
 TextCallback = Callable[[str], Awaitable[None]]
 ProgressCallback = Callable[[Progress], Awaitable[None]]
+# Told the exact JSON body of each request and what came of it (the request log).
+RequestRecorder = Callable[
+    [dict[str, Any], "LLMResponse | None", "LLMError | None"], Awaitable[None]
+]
 NO_KEY = "sk-no-key-required"
 MAX_RETRY_AFTER = 30.0
 RETRY_STATUS = frozenset({429, 502, 503, 504})
@@ -235,6 +239,7 @@ class LLMClient:
         response_format: dict[str, Any] | None = None,
         tool_choice: str | None = None,
         on_status: TextCallback | None = None,
+        record: RequestRecorder | None = None,
     ) -> LLMResponse:
         """One non-streaming completion."""
         params = await self._params(
@@ -248,10 +253,10 @@ class LLMClient:
                 )
         except TimeoutError as e:
             err = self._timed_out()
-            self._log_call(None, start, stream=False, error=err)
+            await self._failed(params, start, err, record, stream=False)
             raise err from e
         except LLMError as e:
-            self._log_call(None, start, stream=False, error=e)
+            await self._failed(params, start, e, record, stream=False)
             raise
         choice = raw.choices[0] if raw.choices else None
         msg = choice.message if choice else None
@@ -276,6 +281,8 @@ class LLMClient:
             untrusted=_untrusted_texts(messages),
         )
         self._log_call(response, start, stream=False)
+        if record is not None:
+            await record(wire_body(params), response, None)
         return response
 
     async def stream(
@@ -291,6 +298,7 @@ class LLMClient:
         on_status: TextCallback | None = None,
         response_format: dict[str, Any] | None = None,
         tool_choice: str | None = None,
+        record: RequestRecorder | None = None,
     ) -> LLMResponse:
         """A streaming completion; text, reasoning and prompt progress go to the callbacks."""
         params = await self._params(
@@ -309,16 +317,16 @@ class LLMClient:
                 await self._consume(params, acc, on_text, on_reasoning, on_progress, on_status)
         except TimeoutError as e:
             err = self._timed_out()
-            self._log_call(None, start, stream=True, error=err)
+            await self._failed(params, start, err, record, stream=True)
             raise err from e
         except LLMError as e:
-            self._log_call(None, start, stream=True, error=e)
+            await self._failed(params, start, e, record, stream=True)
             raise
         if acc.finish_reason is None:
             err = LLMError(
                 f"the stream from the LLM at {self.endpoint} ended before the reply was complete"
             )
-            self._log_call(None, start, stream=True, error=err)
+            await self._failed(params, start, err, record, stream=True)
             raise err
         response = self._finish(
             content="".join(acc.content),
@@ -334,7 +342,22 @@ class LLMClient:
         if on_text and not acc.filter.released and response.content and not response.tool_calls:
             await on_text(response.content)  # reasoning fallback: the user must see something
         self._log_call(response, start, stream=True)
+        if record is not None:
+            await record(wire_body(params), response, None)
         return response
+
+    async def _failed(
+        self,
+        params: dict[str, Any],
+        start: float,
+        error: LLMError,
+        record: RequestRecorder | None,
+        *,
+        stream: bool,
+    ) -> None:
+        self._log_call(None, start, stream=stream, error=error)
+        if record is not None:
+            await record(wire_body(params), None, error)
 
     async def _consume(
         self,
@@ -533,6 +556,13 @@ class LLMClient:
             error=str(error) if error else None,
             error_type=type(error).__name__ if error else None,
         )
+
+
+def wire_body(params: dict[str, Any]) -> dict[str, Any]:
+    """The JSON body a request's parameters put on the wire (extra_body merged in)."""
+    body = {k: v for k, v in params.items() if k not in ("extra_body", "timeout")}
+    body.update(params.get("extra_body") or {})
+    return body
 
 
 def _untrusted_texts(messages: list[dict[str, Any]]) -> list[str]:

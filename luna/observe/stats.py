@@ -48,6 +48,9 @@ class Stats:
     llm_errors: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens served from the server's KV cache
+    prefilled_tokens: int = 0  # prompt tokens the server had to process
+    prompt_ms: float = 0.0  # time spent on them
     tool_calls: int = 0
     tool_errors: int = 0
     sessions: int = 0
@@ -56,8 +59,14 @@ class Stats:
     tool_duration_ms: dict[str, float | None] = field(default_factory=dict)
     tools: dict[str, dict[str, int]] = field(default_factory=dict)
 
+    @property
+    def cache_hit_ratio(self) -> float | None:
+        """Share of prompt tokens the server did not have to prefill (None: no figures)."""
+        counted = self.cached_tokens + self.prefilled_tokens
+        return self.cached_tokens / counted if counted else None
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "cache_hit_ratio": self.cache_hit_ratio}
 
 
 def percentile(values: list[float], p: float) -> float | None:
@@ -184,6 +193,9 @@ def _add_event(
         stats.llm_errors += 1 if ev.get("error") else 0
         stats.prompt_tokens += int(_num(ev.get("prompt_tokens")) or 0)
         stats.completion_tokens += int(_num(ev.get("completion_tokens")) or 0)
+        stats.cached_tokens += int(_num(ev.get("cached_tokens")) or 0)
+        stats.prefilled_tokens += int(_num(ev.get("prefilled_tokens")) or 0)
+        stats.prompt_ms += _num(ev.get("prompt_ms")) or 0.0
         if (ms := _num(ev.get("latency_ms"))) is not None and not ev.get("error"):
             llm_ms.append(ms)
     elif name == "tool_run":
@@ -284,6 +296,27 @@ def _ms(value: float | None) -> str:
     return f"{value / 1000:.2f} s" if value >= 1000 else f"{value:.0f} ms"
 
 
+def _share(value: int, ratio: float | None) -> str:
+    return f"{value:,}" + (f" ({ratio:.0%} hit ratio)" if ratio is not None else "")
+
+
+BARS = " ▁▂▃▄▅▆▇█"
+
+
+def format_days(days: list[Day]) -> str:
+    """Prefill per day, as a small chart: the tokens the server processed and the cache share."""
+    peak = max((d.prefilled_tokens for d in days), default=0)
+    lines = ["day         prefilled  cache hit  prefill time", ""]
+    for d in days:
+        counted = d.cached_tokens + d.prefilled_tokens
+        hit = f"{d.cached_tokens / counted:>8.0%}" if counted else "       -"
+        bar = BARS[round(d.prefilled_tokens / peak * (len(BARS) - 1))] if peak else " "
+        lines.append(
+            f"{d.day}  {d.prefilled_tokens:>9,} {bar} {hit}  {_ms(d.prompt_ms or None):>11}"
+        )
+    return "\n".join(lines)
+
+
 def format_table(stats: Stats) -> str:
     """The human-readable report."""
     rows: list[tuple[str, str]] = [
@@ -297,6 +330,8 @@ def format_table(stats: Stats) -> str:
         ("LLM calls", f"{stats.llm_calls:,}"),
         ("  with errors", f"{stats.llm_errors:,}"),
         ("  prompt tokens", f"{stats.prompt_tokens:,}"),
+        ("    from the KV cache", _share(stats.cached_tokens, stats.cache_hit_ratio)),
+        ("    prefilled", f"{stats.prefilled_tokens:,} in {_ms(stats.prompt_ms)}"),
         ("  completion tokens", f"{stats.completion_tokens:,}"),
         (
             "  latency p50 / p95",
@@ -331,10 +366,12 @@ async def run_stats(args: argparse.Namespace, cfg: Config) -> int:
         print("stats: --days must be at least 1", file=sys.stderr)
         return 2
     stats = await asyncio.to_thread(collect, cfg.observe.log_dir, days)
+    per_day = await asyncio.to_thread(daily, cfg.observe.log_dir, days)
     if getattr(args, "json", False):
-        print(json.dumps(stats.to_dict()))
+        print(json.dumps({**stats.to_dict(), "per_day": [asdict(d) for d in per_day]}))
     else:
         print(format_table(stats))
+        print("\n" + format_days(per_day))
         print(f"\nlogs: {cfg.observe.log_dir}")
     return 0
 
