@@ -12,7 +12,8 @@ line for any of them and log the traceback for the operator::
     │                               retrying cannot fix: e.g. a history its template rejects)
     ├── ToolError          a tool could not run (shown to the model as a result)
     ├── MCPError           an MCP server could not start or answer
-    └── MemoryStoreError   the database or embedding model failed
+    ├── MemoryStoreError   the database or embedding model failed
+    └── ScheduleError      a scheduler request that cannot be done (a bad time, no right)
 
 Dependencies' exceptions are translated once, where the dependency is owned, with
 ``raise ... from``.
@@ -67,6 +68,11 @@ class MCPError(LunaError):
 
 class MemoryStoreError(LunaError):
     """The session log / memory database or the embedding model failed."""
+
+
+class ScheduleError(LunaError):
+    """A scheduler request that cannot be done (a bad time, no right, no such task): its
+    message is one line for the person who asked, or for the model as a tool result."""
 
 
 def did_you_mean(word: str, choices: Iterable[str], *, n: int = 1, cutoff: float = 0.6) -> str:

@@ -161,4 +161,78 @@ MIGRATIONS: list[Migration] = [
                BEGIN SELECT RAISE(ABORT, 'messages are append-only'); END""",
         ],
     ),
+    (
+        "m006_scheduler",
+        [
+            # Reminders, recurring prompts and the heartbeat (luna.scheduler). Times are UTC
+            # ISO 8601 text with milliseconds, so text order is time order.
+            """CREATE TABLE scheduled_tasks (
+                id INTEGER PRIMARY KEY AUTOINCREMENT,
+                kind TEXT NOT NULL CHECK (kind IN ('reminder', 'prompt', 'heartbeat')),
+                text TEXT NOT NULL,
+                schedule_kind TEXT NOT NULL CHECK (schedule_kind IN ('once', 'cron', 'interval')),
+                spec TEXT NOT NULL,
+                anchor TEXT,
+                timezone TEXT NOT NULL,
+                state TEXT NOT NULL CHECK (state IN
+                    ('active', 'running', 'done', 'missed', 'failed', 'cancelled')),
+                next_run_at TEXT,
+                forced INTEGER NOT NULL DEFAULT 0,
+                attempt INTEGER NOT NULL DEFAULT 0,
+                creator TEXT NOT NULL,
+                scope TEXT NOT NULL,
+                frontend TEXT NOT NULL,
+                target TEXT NOT NULL DEFAULT '{}',
+                origin_session TEXT,
+                created_at TEXT NOT NULL,
+                updated_at TEXT NOT NULL,
+                last_run_at TEXT,
+                last_status TEXT,
+                runs INTEGER NOT NULL DEFAULT 0
+            )""",
+            # The next due task is one step down this index: O(log n) at any size.
+            """CREATE INDEX scheduled_tasks_due ON scheduled_tasks(next_run_at)
+               WHERE state = 'active'""",
+            "CREATE INDEX scheduled_tasks_creator ON scheduled_tasks(creator, state)",
+            """CREATE UNIQUE INDEX scheduled_tasks_one_heartbeat ON scheduled_tasks(kind)
+               WHERE kind = 'heartbeat' AND state IN ('active', 'running')""",
+            """CREATE TABLE task_runs (
+                id INTEGER PRIMARY KEY AUTOINCREMENT,
+                task_id INTEGER NOT NULL REFERENCES scheduled_tasks(id),
+                due_at TEXT NOT NULL,
+                started_at TEXT NOT NULL,
+                finished_at TEXT,
+                attempt INTEGER NOT NULL DEFAULT 0,
+                status TEXT NOT NULL CHECK (status IN ('running', 'ok', 'silent', 'failed',
+                    'interrupted', 'missed', 'cancelled', 'refused')),
+                session_id TEXT,
+                output TEXT,
+                error TEXT
+            )""",
+            "CREATE INDEX task_runs_task ON task_runs(task_id, id)",
+            "CREATE INDEX task_runs_running ON task_runs(status) WHERE status = 'running'",
+            # What is to be shown where: written in the same transaction as the run that
+            # produced it, shown by whichever process runs that front-end.
+            """CREATE TABLE deliveries (
+                id INTEGER PRIMARY KEY AUTOINCREMENT,
+                task_id INTEGER REFERENCES scheduled_tasks(id),
+                run_id INTEGER REFERENCES task_runs(id),
+                kind TEXT NOT NULL CHECK (kind IN ('reminder', 'result', 'notice')),
+                frontend TEXT NOT NULL,
+                target TEXT NOT NULL DEFAULT '{}',
+                session_id TEXT,
+                scope TEXT NOT NULL DEFAULT 'owner',
+                text TEXT NOT NULL,
+                created_at TEXT NOT NULL,
+                claimed_by TEXT,
+                claimed_at TEXT,
+                noted_at TEXT,
+                delivered_at TEXT,
+                failed_at TEXT,
+                attempts INTEGER NOT NULL DEFAULT 0
+            )""",
+            """CREATE INDEX deliveries_pending ON deliveries(frontend, id)
+               WHERE delivered_at IS NULL AND failed_at IS NULL""",
+        ],
+    ),
 ]
