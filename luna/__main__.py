@@ -50,6 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
         "repl", help="talk to Luna in the terminal (even if DISCORD_TOKEN is set)"
     )
     _add_run_args(repl)
+    web = sub.add_parser(
+        "web", help="run only the web page and HTTP API (needs LUNA_WEB_TOKEN; see [web])"
+    )
+    _add_run_args(web)
     for name in _COMMAND_MODULES:
         importlib.import_module(name).add_parser(sub)
     _add_run_args(parser)
@@ -76,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if handler is None:
             from luna.app import run_app
 
-            mode = "repl" if args.command == "repl" else "auto"
+            mode = args.command if args.command in ("repl", "web") else "auto"
             return asyncio.run(run_app(cfg, args, mode=mode))
         return asyncio.run(handler(args, cfg))
     except ConfigError as e:

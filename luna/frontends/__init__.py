@@ -1,4 +1,4 @@
-"""Front-ends: where messages come from and replies go (terminal REPL, Discord).
+"""Front-ends: where messages come from and replies go (terminal REPL, Discord, web).
 
 Each front-end builds ``InboundMessage`` s, runs them through ``Agent.run_turn`` and renders the
 events. Front-ends may import anything below them; nothing below imports a front-end (a test
@@ -25,6 +25,7 @@ from luna.config import Config
 MODULES = {
     "repl": "luna.frontends.repl",
     "discord": "luna.frontends.discord.bot",
+    "web": "luna.frontends.web",
 }
 
 
@@ -48,10 +49,13 @@ class Frontend(Protocol):
 
 
 def chosen(cfg: Config, mode: str) -> list[str]:
-    """The front-ends to run: ``repl`` on request, else Discord when a token is set."""
-    if mode == "repl" or not cfg.discord.token:
-        return ["repl"]
-    return ["discord"]
+    """The front-ends to run: ``repl`` on request, else Discord when a token is set; plus
+    ``web`` next to either when ``[web] enabled``. Mode ``web`` runs the web front-end alone
+    (a service without Discord, where no terminal is attached)."""
+    if mode == "web":
+        return ["web"]
+    names = ["repl"] if mode == "repl" or not cfg.discord.token else ["discord"]
+    return [*names, "web"] if cfg.web.enabled else names
 
 
 def check(names: list[str], cfg: Config) -> None:

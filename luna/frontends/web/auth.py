@@ -1,0 +1,301 @@
+"""Who may use the web front-end: the bearer token, browser logins, CSRF and security headers.
+
+Job: one aiohttp middleware (:func:`guard_middleware`) that lets a request through only when it
+carries ``LUNA_WEB_TOKEN`` (``Authorization: Bearer …``, for API clients) or the cookie of a
+browser login made with that token; the login and logout handlers; the response headers.
+
+Invariants:
+- The token is accepted only in the ``Authorization`` header or the body of ``POST /login``;
+  a request that puts it (or any ``token``/``access_token``/``api_key``) in the query string is
+  refused, whatever else it carries.
+- A login is a random id in an ``HttpOnly; SameSite=Strict`` cookie, kept in memory (a restart
+  logs everyone out); the token itself never reaches the browser's storage.
+- Every state-changing request made with the cookie needs the login's CSRF token in
+  ``X-CSRF-Token`` and must not come from another site (``Origin``/``Sec-Fetch-Site``). Bearer
+  requests need neither: no other site can make a browser send that header, since nothing
+  here answers CORS (no ``Access-Control-*`` header is ever sent; preflights get 403).
+- Comparisons of secrets are constant-time; failed attempts are slowed and, past
+  ``MAX_FAILURES`` a minute from one address, refused for that minute.
+- Only the page's static files and ``/login`` are reachable without the token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import secrets
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+TOKEN_MIN_CHARS = 16
+COOKIE = "luna_login"
+CSRF_HEADER = "X-CSRF-Token"
+LOGIN_TTL_S = 7 * 86_400
+MAX_LOGINS = 64
+MAX_FAILURES = 20  # per minute per remote address
+FAILURE_DELAY_S = 0.25
+URL_TOKEN_PARAMS = ("token", "access_token", "api_key", "key", "auth")
+AUTH: web.RequestKey[str] = web.RequestKey("luna_auth", str)  # "bearer" or "cookie"
+PUBLIC_PATHS = ("/", "/login", "/favicon.ico")
+SAFE_METHODS = ("GET", "HEAD")
+
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; font-src 'self'; base-uri 'none'; form-action 'self'; "
+    "frame-ancestors 'none'"
+)
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Cross-Origin-Resource-Policy": "same-origin",
+    "Permissions-Policy": "camera=(), microphone=(), geolocation=()",
+}
+
+HOW_TO_SET = (
+    'set LUNA_WEB_TOKEN to a long random secret, e.g. LUNA_WEB_TOKEN="$(python -c '
+    "'import secrets; print(secrets.token_urlsafe(32))')\" (systemd: in /etc/luna/luna.env)"
+)
+
+
+def token_problem(token: str) -> str | None:
+    """Why ``token`` cannot guard the web front-end, or None."""
+    if not token:
+        return "LUNA_WEB_TOKEN is not set"
+    if len(token) < TOKEN_MIN_CHARS:
+        return f"LUNA_WEB_TOKEN is shorter than {TOKEN_MIN_CHARS} characters"
+    return None
+
+
+@dataclass
+class Login:
+    id: str
+    csrf: str
+    expires: float
+
+
+LOGIN: web.RequestKey[Login] = web.RequestKey("luna_login", Login)
+
+
+class Logins:
+    """Browser logins, in memory; the oldest goes when there are too many."""
+
+    def __init__(self, ttl: float = LOGIN_TTL_S) -> None:
+        self.ttl = ttl
+        self._by_id: dict[str, Login] = {}
+
+    def create(self) -> Login:
+        while len(self._by_id) >= MAX_LOGINS:
+            self._by_id.pop(next(iter(self._by_id)))
+        login = Login(secrets.token_urlsafe(32), secrets.token_urlsafe(32), time.time() + self.ttl)
+        self._by_id[login.id] = login
+        return login
+
+    def get(self, login_id: str | None) -> Login | None:
+        login = self._by_id.get(login_id or "")
+        if login is None:
+            return None
+        if time.time() > login.expires:
+            del self._by_id[login.id]
+            return None
+        return login
+
+    def drop(self, login_id: str) -> None:
+        self._by_id.pop(login_id, None)
+
+
+class Throttle:
+    """Counts failed attempts per remote address over the last minute."""
+
+    def __init__(self) -> None:
+        self._fails: dict[str, deque[float]] = {}
+
+    def is_blocked(self, who: str) -> bool:
+        window = self._fails.get(who)
+        now = time.monotonic()
+        while window and now - window[0] > 60:
+            window.popleft()
+        return bool(window) and len(window) >= MAX_FAILURES
+
+    async def failed(self, who: str) -> None:
+        if len(self._fails) > 10_000:
+            self._fails.clear()
+        self._fails.setdefault(who, deque()).append(time.monotonic())
+        await asyncio.sleep(FAILURE_DELAY_S)
+
+
+class Guard:
+    """The token, the logins and the failure throttle of one web front-end."""
+
+    def __init__(self, token: str) -> None:
+        self._token = token.encode()
+        self.logins = Logins()
+        self.throttle = Throttle()
+
+    def is_token(self, candidate: str) -> bool:
+        return hmac.compare_digest(candidate.encode(), self._token)
+
+    def bearer(self, request: web.Request) -> str | None:
+        header = request.headers.get("Authorization", "")
+        scheme, _, value = header.partition(" ")
+        return value.strip() if scheme.lower() == "bearer" and value.strip() else None
+
+
+class ApiError(Exception):
+    """Raised by a handler for a bad request: answered as ``{"error": message}``."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+async def json_body(request: web.Request) -> dict[str, Any]:
+    """The request's JSON object, or ApiError 400."""
+    try:
+        body = await request.json()
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        raise ApiError(400, "send a JSON object")
+    return body
+
+
+def error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+def is_cross_site(request: web.Request) -> bool:
+    """True when the browser says the request comes from another site (or origin)."""
+    site = request.headers.get("Sec-Fetch-Site")
+    if site is not None and site not in ("same-origin", "none"):
+        return True
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return False
+    return urlsplit(origin).netloc.lower() != request.host.lower()
+
+
+def _is_public(request: web.Request) -> bool:
+    return request.path in PUBLIC_PATHS or request.path.startswith("/static/")
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def guard_middleware(
+    guard: Guard,
+) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
+    """The middleware enforcing the module's invariants."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if any(name in request.query for name in URL_TOKEN_PARAMS):
+            return error(
+                400,
+                "credentials are never accepted in a URL; send Authorization: Bearer, or log "
+                "in on the page",
+            )
+        if request.method == "OPTIONS":
+            return error(403, "cross-origin requests are not allowed")
+        try:
+            return await _admit(request, handler)
+        except ApiError as e:
+            return error(e.status, str(e))
+
+    async def _admit(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if _is_public(request):
+            return await handler(request)
+        who = request.remote or "?"
+        if guard.throttle.is_blocked(who):
+            return error(429, "too many failed attempts; wait a minute")
+        token = guard.bearer(request)
+        if token is not None:
+            if not guard.is_token(token):
+                await guard.throttle.failed(who)
+                return error(401, "wrong token")
+            request[AUTH] = "bearer"
+            return await handler(request)
+        login = guard.logins.get(request.cookies.get(COOKIE))
+        if login is None:
+            return error(401, "log in first (or send Authorization: Bearer <LUNA_WEB_TOKEN>)")
+        if request.method not in SAFE_METHODS:
+            if is_cross_site(request):
+                return error(403, "cross-site request refused")
+            sent = request.headers.get(CSRF_HEADER, "")
+            if not hmac.compare_digest(sent.encode(), login.csrf.encode()):
+                return error(403, f"missing or wrong {CSRF_HEADER}")
+        request[AUTH] = "cookie"
+        request[LOGIN] = login
+        return await handler(request)
+
+    return middleware
+
+
+async def add_security_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """``on_response_prepare``: every response, streamed ones included."""
+    for name, value in SECURITY_HEADERS.items():
+        response.headers.setdefault(name, value)
+    if not request.path.startswith("/static/"):
+        response.headers.setdefault("Cache-Control", "no-store")
+    else:
+        response.headers.setdefault("Cache-Control", "no-cache")
+    for name in list(response.headers):
+        if name.lower().startswith("access-control-"):
+            del response.headers[name]
+
+
+def login_handler(guard: Guard) -> Handler:
+    """``POST /login`` with ``{"token": …}`` as JSON from this site: sets the login cookie."""
+
+    async def login(request: web.Request) -> web.StreamResponse:
+        who = request.remote or "?"
+        if guard.throttle.is_blocked(who):
+            return error(429, "too many failed attempts; wait a minute")
+        if is_cross_site(request):
+            return error(403, "cross-site login refused")
+        if request.content_type != "application/json":
+            return error(415, "send the token as JSON")
+        try:
+            body = await request.json()
+        except ValueError:
+            return error(400, "the body is not JSON")
+        candidate = body.get("token") if isinstance(body, dict) else None
+        if not isinstance(candidate, str) or not guard.is_token(candidate):
+            await guard.throttle.failed(who)
+            return error(401, "wrong token")
+        made = guard.logins.create()
+        resp = web.json_response({"csrf": made.csrf})
+        resp.set_cookie(
+            COOKIE,
+            made.id,
+            max_age=int(guard.logins.ttl),
+            path="/",
+            httponly=True,
+            samesite="Strict",
+            secure=request.secure,
+        )
+        return resp
+
+    return login
+
+
+def logout_handler(guard: Guard) -> Handler:
+    """``POST /api/logout``: ends this browser login."""
+
+    async def logout(request: web.Request) -> web.StreamResponse:
+        login = request.get(LOGIN)
+        if login is not None:
+            guard.logins.drop(login.id)
+        resp = web.json_response({"ok": True})
+        resp.del_cookie(COOKIE, path="/")
+        return resp
+
+    return logout

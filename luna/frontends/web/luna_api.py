@@ -1,0 +1,209 @@
+"""Luna's own JSON API, part one: sessions and their history, live events, approvals, memory.
+
+Job: thin handlers over the parts the CLI and the other front-ends use: ``luna.memory.browse``
+(the views ``luna memory … --json`` prints), the ``Memory`` facade (recall, add_memory,
+forget, list_memories), the turn runner and the approval broker.
+
+Invariants:
+- Every handler answers JSON (``{"error": "…"}`` with a 4xx status for a bad request), except
+  ``/api/events``, which is the Server-Sent Events stream.
+- Input is checked here (types, ranges) before it reaches memory; memory's own errors
+  (``MemoryStoreError``) become 400s with their one line.
+- Reads page through big tables (``limit`` at most ``browse.MAX_PAGE``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from luna import __version__
+from luna.errors import MemoryStoreError
+from luna.frontends.web.auth import AUTH, LOGIN, ApiError, error, json_body
+from luna.frontends.web.events import sse_stream
+from luna.frontends.web.state import state
+from luna.frontends.web.turns import TurnRefusedError, new_session_id, valid_session_id
+from luna.memory import browse
+
+
+def _int(request: web.Request, name: str, default: int | None, low: int, high: int) -> int | None:
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ApiError(400, f"{name} must be an integer") from None
+    return max(low, min(high, value))
+
+
+# ---- who am I ----------------------------------------------------------------------------
+
+
+async def me(request: web.Request) -> web.Response:
+    """``GET /api/me``: the CSRF token of this login (the page needs it), limits, version."""
+    st = state(request)
+    login = request.get(LOGIN)
+    return web.json_response(
+        {
+            "auth": request.get(AUTH),
+            "csrf": login.csrf if login is not None else None,
+            "version": __version__,
+            "approval_timeout": st.cfg.tools.approval_timeout,
+        }
+    )
+
+
+# ---- sessions ----------------------------------------------------------------------------
+
+
+async def list_sessions(request: web.Request) -> web.Response:
+    st = state(request)
+    limit = _int(request, "limit", 100, 1, browse.MAX_PAGE) or 100
+    return web.json_response({"sessions": await browse.list_sessions(st.memory, limit)})
+
+
+async def create_session(request: web.Request) -> web.Response:
+    """``POST /api/sessions``: a fresh session id (the session exists once it has a message)."""
+    return web.json_response({"id": new_session_id()}, status=201)
+
+
+def _session_id(request: web.Request) -> str:
+    sid = request.match_info["session_id"]
+    if not valid_session_id(sid):
+        raise ApiError(400, "invalid session id")
+    return sid
+
+
+async def session_messages(request: web.Request) -> web.Response:
+    """``GET /api/sessions/{id}/messages?before=ID&limit=N``: one page, oldest first."""
+    st = state(request)
+    before = _int(request, "before", None, 0, 2**62)
+    limit = _int(request, "limit", 100, 1, browse.MAX_PAGE) or 100
+    page = await browse.history_page(st.memory, _session_id(request), before_id=before, limit=limit)
+    return web.json_response(page)
+
+
+async def post_message(request: web.Request) -> web.Response:
+    """``POST /api/sessions/{id}/messages`` ``{"text": …}``: starts a turn (202); its events
+    arrive on ``/api/events``."""
+    st = state(request)
+    body = await json_body(request)
+    text = body.get("text")
+    if not isinstance(text, str):
+        return error(400, "'text' must be a string")
+    try:
+        turn = await st.runner.start(_session_id(request), text, source="page")
+    except TurnRefusedError as e:
+        return error(e.status, str(e))
+    return web.json_response({"turn_id": turn.id, "session_id": turn.session_id}, status=202)
+
+
+async def events(request: web.Request) -> web.StreamResponse:
+    """``GET /api/events``: every turn's events and every approval, as SSE. The first event,
+    ``hello``, holds the running turns so far and the pending approvals."""
+    st = state(request)
+
+    def hello() -> dict[str, Any]:
+        return {"type": "hello", "running": st.runner.running(), "approvals": st.broker.pending()}
+
+    return await sse_stream(request, st.hub, hello)
+
+
+# ---- approvals ---------------------------------------------------------------------------
+
+
+async def list_approvals(request: web.Request) -> web.Response:
+    return web.json_response({"approvals": state(request).broker.pending()})
+
+
+async def decide_approval(request: web.Request) -> web.Response:
+    """``POST /api/approvals/{id}`` ``{"decision": "approve" | "deny"}``."""
+    body = await json_body(request)
+    decision = body.get("decision")
+    if decision not in ("approve", "deny"):
+        return error(400, '\'decision\' must be "approve" or "deny"')
+    if not state(request).broker.decide(request.match_info["approval_id"], decision == "approve"):
+        return error(404, "no such pending approval (already answered, or it timed out: denied)")
+    return web.json_response({"ok": True, "decision": decision})
+
+
+# ---- memory ------------------------------------------------------------------------------
+
+
+async def memory_index(request: web.Request) -> web.Response:
+    """``GET /api/memory?q=…&k=…&scope=…`` searches (hybrid recall, as ``luna memory search``);
+    without ``q`` it lists memories newest first (as ``luna memory list``)."""
+    st = state(request)
+    query = request.query.get("q", "").strip()
+    scope = request.query.get("scope") or None
+    if query:
+        k = _int(request, "k", 20, 1, 100)
+        items = await st.memory.recall(query, scope=scope or "owner", k=k)
+        return web.json_response(
+            {"query": query, "results": [browse.recall_json(i) for i in items]}
+        )
+    limit = _int(request, "limit", 100, 1, browse.MAX_PAGE) or 100
+    rows = await st.memory.list_memories(scope=scope, limit=limit)
+    return web.json_response({"memories": rows})
+
+
+async def memory_detail(request: web.Request) -> web.Response:
+    """``GET /api/memory/{id}``: provenance and supersession of one memory."""
+    try:
+        memory_id = int(request.match_info["memory_id"])
+    except ValueError:
+        return error(400, "a memory id is an integer")
+    detail = await browse.memory_detail(state(request).memory, memory_id)
+    if detail is None:
+        return error(404, f"no memory #{memory_id}")
+    return web.json_response(detail)
+
+
+async def add_memory(request: web.Request) -> web.Response:
+    """``POST /api/memory`` ``{"text", "importance"?: 1-10, "scope"?}`` (as ``memory add``)."""
+    body = await json_body(request)
+    text, importance = body.get("text"), body.get("importance", 5)
+    scope = body.get("scope", "owner")
+    if not isinstance(text, str) or not text.strip():
+        return error(400, "'text' must be a non-empty string")
+    if isinstance(importance, bool) or not isinstance(importance, int) or not 1 <= importance <= 10:
+        return error(400, "'importance' must be an integer 1-10")
+    if not isinstance(scope, str) or not scope:
+        return error(400, "'scope' must be a string")
+    try:
+        mem_id = await state(request).memory.add_memory(
+            text, importance=importance, source="user", scope=scope
+        )
+    except MemoryStoreError as e:
+        return error(400, str(e))
+    return web.json_response({"id": mem_id}, status=201)
+
+
+async def forget_memory(request: web.Request) -> web.Response:
+    """``DELETE /api/memory/{id}`` (as ``memory forget``)."""
+    try:
+        memory_id = int(request.match_info["memory_id"])
+    except ValueError:
+        return error(400, "a memory id is an integer")
+    if not await state(request).memory.forget(memory_id):
+        return error(404, f"no memory #{memory_id}")
+    return web.json_response({"forgotten": memory_id})
+
+
+def routes() -> list[web.RouteDef]:
+    return [
+        web.get("/api/me", me),
+        web.get("/api/sessions", list_sessions),
+        web.post("/api/sessions", create_session),
+        web.get("/api/sessions/{session_id}/messages", session_messages),
+        web.post("/api/sessions/{session_id}/messages", post_message),
+        web.get("/api/events", events),
+        web.get("/api/approvals", list_approvals),
+        web.post("/api/approvals/{approval_id}", decide_approval),
+        web.get("/api/memory", memory_index),
+        web.post("/api/memory", add_memory),
+        web.get("/api/memory/{memory_id}", memory_detail),
+        web.delete("/api/memory/{memory_id}", forget_memory),
+    ]

@@ -1,0 +1,212 @@
+"""The OpenAI-compatible API: ``GET /v1/models`` and ``POST /v1/chat/completions``.
+
+Job: let any OpenAI client (the ``openai`` SDK, ``llm``, Open WebUI) talk to Luna as if it were
+a model named ``luna``. Sessions and the reconciliation of resent history follow the rule in
+:mod:`luna.frontends.web.reconcile`; each response names the session (``X-Luna-Session``) and
+what the history meant (``X-Luna-History``: continued, replayed or diverged).
+
+Invariants:
+- Errors have OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``; a turn that
+  fails is HTTP 502 (or, once streaming, one ``data: {"error": …}`` event), never a fake reply.
+- Streaming follows the chat.completion.chunk format: a role chunk, content deltas (Luna's
+  reasoning as ``reasoning_content`` deltas, as llama-server sends it), a finish chunk, a usage
+  chunk when ``stream_options.include_usage`` asks, then ``[DONE]``.
+- Luna's tools run inside the turn (approvals on the page); the client sees only the reply.
+  Client-side ``tools`` are not offered to the model and are ignored.
+- A dropped client does not cancel the turn (see :mod:`luna.frontends.web.turns`).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from aiohttp import web
+
+from luna.frontends.web.events import sse_bytes
+from luna.frontends.web.reconcile import (
+    Reconciled,
+    RequestError,
+    conversation,
+    reconcile,
+    session_for,
+)
+from luna.frontends.web.state import state
+from luna.frontends.web.turns import TurnRefusedError, valid_session_id
+from luna.memory.browse import conversation_tail
+from luna.observe import log_event
+
+MODEL = "luna"
+SESSION_HEADER = "X-Luna-Session"
+HISTORY_HEADER = "X-Luna-History"
+
+
+def openai_error(status: int, message: str, kind: str = "invalid_request_error") -> web.Response:
+    body = {"error": {"message": message, "type": kind, "param": None, "code": None}}
+    return web.json_response(body, status=status)
+
+
+async def models(request: web.Request) -> web.Response:
+    """``GET /v1/models``: the one model, ``luna``."""
+    return web.json_response(
+        {
+            "object": "list",
+            "data": [{"id": MODEL, "object": "model", "created": 0, "owned_by": "luna"}],
+        }
+    )
+
+
+def _usage(done: dict[str, Any] | None) -> dict[str, int]:
+    usage = (done or {}).get("usage") or {}
+    prompt = int(usage.get("prompt_tokens") or 0)
+    completion = int(usage.get("completion_tokens") or 0)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+def _completion(cid: str, reply: str, usage: dict[str, int]) -> dict[str, Any]:
+    return {
+        "id": cid,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": MODEL,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": reply},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": usage,
+    }
+
+
+def _chunk(cid: str, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {
+        "id": cid,
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": MODEL,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    """``POST /v1/chat/completions``, streaming or not."""
+    st = state(request)
+    try:
+        body = await request.json()
+    except ValueError:
+        return openai_error(400, "the request body is not valid JSON")
+    if not isinstance(body, dict):
+        return openai_error(400, "the request body must be a JSON object")
+    session = session_for(request.headers.get(SESSION_HEADER), body.get("user"))
+    if not valid_session_id(session):
+        return openai_error(400, f"invalid session name {session[:40]!r}")
+    try:
+        client = conversation(body.get("messages"))
+    except RequestError as e:
+        return openai_error(400, str(e))
+    tail = await conversation_tail(st.memory, session, min(len(client), 400) + 1)
+    decision = reconcile(client, tail)
+    log_event(
+        "web_chat", session=session, history=decision.outcome, stream=bool(body.get("stream"))
+    )
+    headers = {SESSION_HEADER: session, HISTORY_HEADER: decision.outcome}
+    is_stream = bool(body.get("stream"))
+    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    cid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+    if decision.outcome == "replayed":
+        return await _replay(request, decision, cid, headers, is_stream, include_usage)
+    try:
+        turn = await st.runner.start(session, decision.text, source="api")
+    except TurnRefusedError as e:
+        kind = "server_error" if e.status >= 500 else "invalid_request_error"
+        return openai_error(e.status, str(e), kind)
+    if not is_stream:
+        final: dict[str, Any] | None = None
+        async for event in turn.follow():
+            if event["type"] in ("done", "failed"):
+                final = event
+        if final is None or final["type"] == "failed":
+            message = (final or {}).get("message") or "the turn ended without a reply"
+            resp = openai_error(502, message, "luna_turn_failed")
+            resp.headers.update(headers)
+            return resp
+        return web.json_response(_completion(cid, final["reply"], _usage(final)), headers=headers)
+    resp = _stream_response(headers)
+    await resp.prepare(request)
+    try:
+        await resp.write(sse_bytes(_chunk(cid, {"role": "assistant", "content": ""})))
+        async for event in turn.follow():
+            kind = event["type"]
+            if kind == "text":
+                await resp.write(sse_bytes(_chunk(cid, {"content": event["text"]})))
+            elif kind == "reasoning":
+                await resp.write(sse_bytes(_chunk(cid, {"reasoning_content": event["text"]})))
+            elif kind == "failed":
+                err = {"message": event["message"], "type": "luna_turn_failed", "code": None}
+                await resp.write(sse_bytes({"error": err}))
+                break
+            elif kind == "done":
+                await _finish(resp, cid, _usage(event), include_usage)
+                break
+        await resp.write_eof()
+    except ConnectionError:
+        pass  # the client left; the turn goes on and its reply is logged
+    return resp
+
+
+def _stream_response(headers: dict[str, str]) -> web.StreamResponse:
+    return web.StreamResponse(
+        headers={**headers, "Content-Type": "text/event-stream", "Cache-Control": "no-store"}
+    )
+
+
+async def _finish(
+    resp: web.StreamResponse, cid: str, usage: dict[str, int], include_usage: bool
+) -> None:
+    await resp.write(sse_bytes(_chunk(cid, {}, "stop")))
+    if include_usage:
+        last = {**_chunk(cid, {}), "choices": [], "usage": usage}
+        await resp.write(sse_bytes(last))
+    await resp.write(b"data: [DONE]\n\n")
+
+
+async def _replay(
+    request: web.Request,
+    decision: Reconciled,
+    cid: str,
+    headers: dict[str, str],
+    is_stream: bool,
+    include_usage: bool,
+) -> web.StreamResponse:
+    """Answer a resent, already answered conversation from the log; no turn runs."""
+    reply = decision.reply or ""
+    usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+    if not is_stream:
+        return web.json_response(_completion(cid, reply, usage), headers=headers)
+    resp = _stream_response(headers)
+    await resp.prepare(request)
+    try:
+        await resp.write(sse_bytes(_chunk(cid, {"role": "assistant", "content": ""})))
+        await resp.write(sse_bytes(_chunk(cid, {"content": reply})))
+        await _finish(resp, cid, usage, include_usage)
+        await resp.write_eof()
+    except ConnectionError:
+        pass
+    return resp
+
+
+def routes() -> list[web.RouteDef]:
+    return [
+        web.get("/v1/models", models),
+        web.post("/v1/chat/completions", chat_completions),
+    ]
+
+
+__all__ = ["routes"]

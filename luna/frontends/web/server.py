@@ -1,0 +1,155 @@
+"""The web front-end's server: the aiohttp application, its routes, and its run(stop) life.
+
+Why aiohttp: it is already installed (discord.py depends on it), so the web front-end adds no
+dependency; its ``AppRunner``/``TCPSite`` serve on the event loop Luna already runs, next to the
+REPL or the Discord bot, without owning the loop or the signals (uvicorn wants both, and
+Starlette would add two packages for the same features); and it streams responses (SSE)
+natively. The page is plain static files: no build step.
+
+Invariants:
+- ``check(cfg)`` refuses to start without a usable ``LUNA_WEB_TOKEN`` and says how to set one.
+- It listens on ``web.host`` (127.0.0.1 unless configured) and prints one line with its URL.
+- ``run(stop)``: once ``stop`` is set it takes no new turns, denies pending approvals, lets
+  running turns finish within ``agent.shutdown_grace`` (the agent's drain), ends the event
+  streams, then closes the listener.
+- A port it cannot bind stops Luna with one line (LunaError), not a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from luna.config import Config
+from luna.errors import ConfigError, LunaError
+from luna.frontends.web import admin_api, luna_api, openai_api
+from luna.frontends.web.approvals import ApprovalBroker
+from luna.frontends.web.auth import (
+    HOW_TO_SET,
+    Guard,
+    add_security_headers,
+    guard_middleware,
+    login_handler,
+    logout_handler,
+    token_problem,
+)
+from luna.frontends.web.events import EventHub
+from luna.frontends.web.state import STATE, WebState
+from luna.frontends.web.turns import TurnRunner
+
+log = logging.getLogger(__name__)
+
+STATIC_DIR = Path(__file__).parent / "static"
+MAX_BODY_BYTES = 4 * 1024 * 1024
+CLOSE_TIMEOUT_S = 5.0
+
+
+def check(cfg: Config) -> None:
+    """Refuse to start without a token worth the name."""
+    problem = token_problem(cfg.web.token)
+    if problem:
+        raise ConfigError(f"web: {problem}; {HOW_TO_SET}, or set web.enabled = false")
+
+
+async def index(request: web.Request) -> web.FileResponse:
+    return web.FileResponse(STATIC_DIR / "index.html")
+
+
+def build_app(st: WebState) -> web.Application:
+    """The aiohttp application over the running parts in ``st``."""
+    app = web.Application(middlewares=[guard_middleware(st.guard)], client_max_size=MAX_BODY_BYTES)
+    app[STATE] = st
+    app.on_response_prepare.append(add_security_headers)
+    app.add_routes(
+        [
+            web.get("/", index),
+            web.post("/login", login_handler(st.guard)),
+            web.post("/api/logout", logout_handler(st.guard)),
+            *openai_api.routes(),
+            *luna_api.routes(),
+            *admin_api.routes(),
+            web.static("/static", STATIC_DIR, show_index=False, follow_symlinks=False),
+        ]
+    )
+    return app
+
+
+class WebFrontend:
+    """The page, the OpenAI-compatible API and Luna's JSON API, on one listener."""
+
+    name = "web"
+
+    def __init__(self, parts: Any, *, announce: bool = True) -> None:
+        cfg: Config = parts.cfg
+        self.cfg = cfg
+        self.agent = parts.agent
+        self.announce = announce
+        hub = EventHub()
+        broker = ApprovalBroker(cfg.tools.approval_timeout, hub.publish)
+        runner = TurnRunner(parts.agent, parts.memory, hub, broker)
+        self.state = WebState(
+            cfg=cfg,
+            agent=parts.agent,
+            memory=parts.memory,
+            registry=parts.registry,
+            guard=Guard(cfg.web.token),
+            hub=hub,
+            broker=broker,
+            runner=runner,
+        )
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+
+    async def start(self) -> str:
+        """Listen; returns the URL (with the real port when ``web.port`` is 0)."""
+        self._runner = web.AppRunner(
+            build_app(self.state), access_log=None, shutdown_timeout=CLOSE_TIMEOUT_S
+        )
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.cfg.web.host, self.cfg.web.port)
+        try:
+            await site.start()
+        except OSError as e:
+            await self._runner.cleanup()
+            raise LunaError(
+                f"web: cannot listen on {self.cfg.web.host}:{self.cfg.web.port} "
+                f"({e.strerror or e}); choose another web.port or stop what uses it"
+            ) from e
+        port = self._runner.addresses[0][1] if self._runner.addresses else self.cfg.web.port
+        host = self.cfg.web.host
+        shown = f"[{host}]" if ":" in host else host
+        self.url = f"http://{shown}:{port}"
+        if self.announce:
+            print(
+                f"web: Luna's page and API at {self.url}/ (token: $LUNA_WEB_TOKEN)", file=sys.stderr
+            )
+        return self.url
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.start()
+        try:
+            await stop.wait()
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        """Stop taking turns, let running ones end (the agent drains them), then close."""
+        st = self.state
+        st.runner.stop()
+        st.broker.deny_all()
+        await st.runner.wait(self.cfg.agent.shutdown_grace + CLOSE_TIMEOUT_S)
+        st.hub.close()
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(runner.cleanup(), CLOSE_TIMEOUT_S * 2)
+
+
+def make(parts: Any, args: Any) -> WebFrontend:
+    return WebFrontend(parts)

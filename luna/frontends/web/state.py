@@ -1,0 +1,38 @@
+"""What every web handler reaches through ``state(request)``: the running parts, one object.
+
+Invariant: built once per front-end in ``server``; handlers never import each other's globals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from luna.config import Config
+from luna.frontends.web.approvals import ApprovalBroker
+from luna.frontends.web.auth import Guard
+from luna.frontends.web.events import EventHub
+from luna.frontends.web.turns import TurnRunner
+
+
+@dataclass
+class WebState:
+    cfg: Config
+    agent: Any
+    memory: Any
+    registry: Any
+    guard: Guard
+    hub: EventHub
+    broker: ApprovalBroker
+    runner: TurnRunner
+    doctor_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+STATE: web.AppKey[WebState] = web.AppKey("luna_web", WebState)
+
+
+def state(request: web.Request) -> WebState:
+    return request.app[STATE]
