@@ -138,6 +138,9 @@ class InboundMessage:
     scope: str = "owner"
     allow_tools: bool = True
     approver: Approver | None = None
+    # Where an answer given later (a scheduled task's result) goes back to, in the front-end's
+    # own terms: Discord {"channel_id", "user_id", "is_dm"}; None where nothing is needed.
+    address: dict[str, Any] | None = None
 
 
 # ---- events a turn emits while it runs -------------------------------------------------

@@ -38,6 +38,7 @@ from luna.agent.prompt import (
 from luna.agent.recovery import ModelCall
 from luna.agent.subagent import WRAP_UP_NOTE, TurnBudget, run_subagent
 from luna.config import Config
+from luna.config.timezone import zone_for
 from luna.errors import LLMError, LunaError
 from luna.llm import LLMClient
 from luna.llm.stream import Progress
@@ -125,6 +126,14 @@ class Agent:
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await task
 
+    async def add_note(self, session_id: str, text: str, *, scope: str = "owner") -> int:
+        """Append ``text`` as an assistant message to a session between its turns (a
+        scheduled task's outcome, shown in that conversation); returns the message id."""
+        async with self._session(session_id):
+            return await self.memory.append_message(
+                session_id, {"role": "assistant", "content": text}, scope=scope
+            )
+
     async def drain(self, deadline: float) -> None:
         """Stop taking turns; wait up to ``deadline`` seconds for running ones, then cancel."""
         self.accepting = False
@@ -205,7 +214,7 @@ class Agent:
         )
         summary, records = await self.memory.prompt_history(msg.session_id)
         records = [r for r in records if r.id != message_id]  # it goes last, with its context
-        context = render_context(_now(), await self._recall_block(msg))
+        context = render_context(_now(self.cfg.agent.timezone), await self._recall_block(msg))
         await self.memory.set_context(message_id, context)
         user_message = {"role": "user", "content": attach_context(msg.text, context)}
         history = history_messages(records, reasoning=self.cfg.llm.history_reasoning)
@@ -216,7 +225,11 @@ class Agent:
         budget = TurnBudget(self.cfg.agent.max_rounds)
         use_tools = msg.allow_tools and self.tools_enabled
         tools = self.registry.specs() if use_tools else None
-        ctx = self._tool_context(msg, budget, depth=0)
+        allowed: frozenset[str] | None = None
+        guest = self.registry.guest_names() if self.tools_enabled and not use_tools else []
+        if guest:  # no tool rights, but the tools meant for everyone (plain reminders)
+            tools, allowed = self.registry.specs(names=guest), frozenset(guest)
+        ctx = self._tool_context(msg, budget, depth=0, allowed=allowed)
         call = ModelCall(self.llm, self.fit, self._refused_in(msg.session_id))
         messages = call.leave_out_refused(messages)
         keep_reasoning = self.cfg.llm.history_reasoning != "drop"
@@ -308,7 +321,12 @@ class Agent:
     # ---- sub-agents -------------------------------------------------------------------
 
     def _tool_context(
-        self, msg: InboundMessage, budget: TurnBudget, depth: int, workdir: Path | None = None
+        self,
+        msg: InboundMessage,
+        budget: TurnBudget,
+        depth: int,
+        workdir: Path | None = None,
+        allowed: frozenset[str] | None = None,
     ) -> ToolContext:
         async def spawn(task: str, tool_names: list[str] | None, workdir: Path | None) -> str:
             sub_ctx = self._tool_context(msg, budget, depth=1, workdir=workdir)
@@ -328,11 +346,16 @@ class Agent:
             user_request=msg.text,
             approver=msg.approver,
             llm=self.llm,
-            run_subagent=spawn if depth == 0 else None,
+            run_subagent=spawn if depth == 0 and allowed is None else None,
             depth=depth,
             workdir=workdir,
+            user_id=msg.user_id,
+            scope=msg.scope,
+            address=msg.address,
+            allowed_tools=allowed,
         )
 
 
-def _now() -> dt.datetime:
-    return dt.datetime.now().astimezone()
+def _now(timezone: str) -> dt.datetime:
+    """The time in ``agent.timezone``: the zone people give times in (the scheduler's)."""
+    return dt.datetime.now(zone_for(timezone))

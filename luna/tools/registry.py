@@ -63,6 +63,10 @@ class ToolContext:
     run_subagent: SubAgentRunner | None  # async (task, tool_names, workdir) -> str
     depth: int = 0  # sub-agents have depth 1 and cannot spawn more
     workdir: Path | None = None  # a sub-agent's folder: bash and relative paths start there
+    user_id: str = "owner"  # who is talking: "owner" or a Discord user id
+    scope: str = "owner"  # their memory scope
+    address: dict[str, Any] | None = None  # where a later answer goes (InboundMessage.address)
+    allowed_tools: frozenset[str] | None = None  # None: all; else only these may run
 
 
 @dataclass
@@ -75,6 +79,7 @@ class ToolInfo:
     expose: Expose = "direct"
     native: bool = False
     timeout: float | None = DEFAULT_TOOL_TIMEOUT
+    guest: bool = False  # offered even to people without tool rights (see guest_names)
     validator: Any = field(default=None, repr=False)
 
     def spec(self) -> dict[str, Any]:
@@ -98,6 +103,9 @@ class ToolRegistry:
         self.sandbox = sandbox
         # Levels forced at start-up: bash without a sandbox is always 'ask' (unless 'deny').
         self.forced_levels: dict[str, PermissionLevel] = {}
+        # Running parts some tools call, bound by app once they exist ("scheduler": the
+        # scheduler's API); a tool whose service is missing says so to the model.
+        self.services: dict[str, Any] = {}
         if not sandbox.ok:
             self.forced_levels["bash"] = "ask"
 
@@ -111,8 +119,13 @@ class ToolRegistry:
         level: PermissionLevel = "allow",
         expose: Expose = "direct",
         timeout: float | None = DEFAULT_TOOL_TIMEOUT,
+        guest: bool = False,
     ) -> Any:
-        """Decorator: register an async function; a parameter named ``ctx`` gets the context."""
+        """Decorator: register an async function; a parameter named ``ctx`` gets the context.
+
+        ``guest=True`` offers the tool even in turns without tool rights (a stranger's), where
+        it is the only kind that may run; it must check ``ctx.user_id`` itself.
+        """
 
         def wrap(f: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
             description, parameters = schema_from_function(f)
@@ -133,6 +146,7 @@ class ToolRegistry:
                     expose=expose,
                     native=True,
                     timeout=timeout,
+                    guest=guest,
                 )
             )
             return f
@@ -200,6 +214,10 @@ class ToolRegistry:
     def catalog(self) -> list[ToolInfo]:
         return [i for i in self._ordered() if i.expose == "catalog"]
 
+    def guest_names(self) -> list[str]:
+        """Tools offered in turns without tool rights (registered with ``guest=True``)."""
+        return [i.name for i in self._ordered() if i.guest]
+
     def suggest(self, name: str) -> str:
         """For an unknown ``name``: ``" (did you mean 'x'?)"``, else ``". Available tools: …"``."""
         hint = did_you_mean(name, self._tools, n=3, cutoff=0.5)
@@ -229,6 +247,9 @@ class ToolRegistry:
 
     async def _execute(self, call: ToolCall, ctx: ToolContext) -> ToolResult:
         info = self._tools.get(call.name)
+        if ctx.allowed_tools is not None and call.name not in ctx.allowed_tools:
+            offered = ", ".join(sorted(ctx.allowed_tools)) or "none"
+            return ToolResult(f"Unknown tool '{call.name}'. Available tools: {offered}.", True)
         if info is None:
             return ToolResult(f"Unknown tool '{call.name}'{self.suggest(call.name)}.", True)
         args, problem = parse_arguments(call.arguments)
