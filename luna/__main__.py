@@ -23,6 +23,7 @@ _COMMAND_MODULES = (
     "luna.mcp.cli",
     "luna.doctor.checks",
     "luna.observe.stats",
+    "luna.scheduler.cli",
 )
 
 

@@ -1,0 +1,64 @@
+"""``luna schedule list / add / cancel / run-now / runs`` as real subprocesses, with --json."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.luna_process import clean_env
+
+
+def luna(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "config.toml").write_text('[agent]\ntimezone = "America/New_York"\n')
+    return subprocess.run(
+        [sys.executable, "-m", "luna", "schedule", *args],
+        cwd=tmp_path,
+        env=clean_env(MEMORY_DB_PATH=str(tmp_path / "data" / "luna.db")),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_cli_schedule_add_list_run_now_cancel_with_json(tmp_path: Path) -> None:
+    added = luna(tmp_path, "add", "Zahnarzt anrufen 🦷", "--at", "2030-01-02 09:00", "--json")
+    assert added.returncode == 0, added.stderr
+    task = json.loads(added.stdout)
+    assert task["id"] == 1 and task["text"] == "Zahnarzt anrufen 🦷"
+    assert task["next_run"] == "2030-01-02T14:00:00.000+00:00"  # stored in UTC
+    assert task["next_run_local"] == "2030-01-02 09:00 EST"
+    assert task["target"] == {"frontend": "repl"} and task["state"] == "active"
+    prompt = luna(tmp_path, "add", "check the inbox", "--cron", "0 8 * * 1-5", "--prompt")
+    assert prompt.returncode == 0, prompt.stderr
+    assert prompt.stdout.startswith("scheduled #2 prompt [active] next ")
+
+    listed = luna(tmp_path, "list", "--json")
+    rows = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert [r["id"] for r in rows] == [2, 1] and rows[0]["schedule"].startswith("cron 0 8")
+
+    now = luna(tmp_path, "run-now", "1", "--json")
+    assert now.returncode == 0, now.stderr
+    assert json.loads(now.stdout)["next_run"] < task["next_run"]
+    cancelled = luna(tmp_path, "cancel", "2", "--json")
+    assert json.loads(cancelled.stdout)["state"] == "cancelled"
+    assert [json.loads(x)["id"] for x in luna(tmp_path, "list", "--json").stdout.splitlines()] \
+        == [1]  # fmt: skip
+    everything = luna(tmp_path, "list", "--all")
+    assert "#2 prompt [cancelled]" in everything.stdout
+    assert luna(tmp_path, "runs", "1", "--json").stdout == ""
+
+
+def test_cli_schedule_refusals_are_one_line_exit_1(tmp_path: Path) -> None:
+    for args, message in (
+        (("add", "x", "--cron", "* * * * * *"), "seconds are not supported"),
+        (("add", "x", "--at", "1970-01-01 00:00"), "is in the past"),
+        (("add", "x", "--every", "1s"), "shorter than 5m"),
+        (("cancel", "42"), "there is no task #42"),
+        (("add", "x", "--after", "1h", "--to", "discord"), "needs discord.owner_id"),
+    ):
+        proc = luna(tmp_path, *args)
+        assert proc.returncode == 1, (args, proc.stderr)
+        assert proc.stderr.startswith("luna: ") and message in proc.stderr, proc.stderr
+        assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
