@@ -1,7 +1,7 @@
 """Composition root: build Luna's parts from Config, start them in order, stop them in reverse.
 
 Start order: logging → memory (database) → LLM client (maybe the embedded demo model) → tool
-registry → MCP servers (in the background) → librarian → agent → front-ends.
+registry → MCP servers (in the background) → librarian → agent → scheduler → front-ends.
 Front-ends all keep one contract (``luna.frontends``), so this module has no branch per
 front-end. Stop order is the reverse, each step with a deadline: front-ends stop taking messages,
 running turns get ``agent.shutdown_grace`` seconds to finish and are then cancelled, the
@@ -109,7 +109,15 @@ async def build_components(
     agent = Agent(cfg, llm, memory, registry, librarian)
     if embedded:
         agent.tools_enabled = False  # the demo model cannot call tools
-    return Components(cfg, agent, memory, llm, registry, mcp, banner)
+    scheduler = None
+    if cfg.scheduler.enabled:
+        from luna.scheduler.service import SchedulerService
+
+        scheduler = SchedulerService(cfg, memory, agent, registry)
+        await scheduler.start()
+        deadline = cfg.agent.shutdown_grace + 15.0
+        stack.push_async_callback(_with_deadline, scheduler.stop, deadline, "scheduler")
+    return Components(cfg, agent, memory, llm, registry, mcp, banner, scheduler=scheduler)
 
 
 async def _serve(frontends: list[Frontend], agent: Any, stop: asyncio.Event, grace: float) -> None:

@@ -40,6 +40,7 @@ class Components:
     registry: Any
     mcp: Any
     banner: str = ""
+    scheduler: Any = None  # luna.scheduler.service.SchedulerService, or None when disabled
 
 
 class Frontend(Protocol):

@@ -186,4 +186,3 @@ def test_migration_m006_on_a_blank_and_an_old_database(tmp_path: Path) -> None:
         )
         assert "scheduled_tasks_due" in json.dumps(plan)  # the O(log n) index is used
         store.close()
-

@@ -46,7 +46,7 @@ async def test_runner_missed_within_grace_runs_once_older_is_marked_missed_and_t
     await s.tick(3 * 24 * HOUR)
     assert len(s.shown) == 2
     notice = s.shown[1].text
-    assert notice.startswith("⏰ Missed while Luna was not running: task #1 \"stretch\"")
+    assert notice.startswith('⏰ Missed while Luna was not running: task #1 "stretch"')
     assert "and 2 more times" in notice and "Next run 2026-12-05 09:00 CET" in notice
     after = await s.api.get(soon.id, OWNER_REPL)
     assert after.state == "active"
@@ -55,8 +55,10 @@ async def test_runner_missed_within_grace_runs_once_older_is_marked_missed_and_t
     assert [r.status for r in runs] == ["missed", "ok"]
     once = await s.add("renew the passport", at="2026-12-05 07:00")
     await s.tick(2 * 24 * HOUR)
-    assert "⏰ Missed while Luna was not running: reminder #2 was due 2026-12-05 07:00 CET: renew " \
+    assert (
+        "⏰ Missed while Luna was not running: reminder #2 was due 2026-12-05 07:00 CET: renew "
         "the passport" in s.texts()
+    )
     assert (await s.api.get(once.id, OWNER_REPL)).state == "missed"
 
 

@@ -32,6 +32,7 @@ import discord
 from luna.config import Config
 from luna.config.secrets import discord_token_problem
 from luna.errors import ConfigError, LunaError
+from luna.frontends.discord import delivery as scheduled
 from luna.frontends.discord.approval import ReactionApprover
 from luna.frontends.discord.pipeline import Batch, Incoming, SessionPipeline
 from luna.frontends.discord.reply import HTTP_TIMEOUT, ReplyStream, safe_call, short_line
@@ -153,20 +154,25 @@ class DiscordFrontend:
 
 
 def make(parts: Any, args: Any) -> DiscordFrontend:
-    bot = LunaBot(parts.cfg, parts.agent, parts.memory)
+    bot = LunaBot(
+        parts.cfg, parts.agent, parts.memory, deliveries=getattr(parts.scheduler, "router", None)
+    )
     return DiscordFrontend(bot, parts.cfg.discord.token, parts.cfg.agent.shutdown_grace)
 
 
 class LunaBot(discord.Client):
     """The Discord client. ``await bot.start(token)`` runs it; ``await bot.close()`` stops it."""
 
-    def __init__(self, cfg: Config, agent: Agent, memory: Memory) -> None:
+    def __init__(
+        self, cfg: Config, agent: Agent, memory: Memory, *, deliveries: Any = None
+    ) -> None:
         super().__init__(intents=make_intents())
         self.cfg = cfg
         self.agent = agent
         self.memory = memory
         self.known_threads: set[int] = set()
         self.pipeline = SessionPipeline(self.run_batch, burst_window=cfg.discord.burst_window)
+        self.deliveries = deliveries  # luna.scheduler.delivery.DeliveryRouter, or None
 
     # ---- Discord events ----------------------------------------------------------------
 
@@ -174,6 +180,12 @@ class LunaBot(discord.Client):
         user = self.user
         log.info("discord: logged in as %s (%s guilds)", user, len(self.guilds))
         log_event("discord_ready", user_id=str(user.id if user else ""), guilds=len(self.guilds))
+        if self.deliveries is not None:  # connected: scheduled results can be sent now
+            self.deliveries.register("discord", self.deliver_scheduled)
+
+    async def deliver_scheduled(self, delivery: Any) -> bool:
+        """Send a scheduled task's result where the task was asked for."""
+        return await scheduled.deliver(self, delivery.target.address, delivery.text)
 
     async def on_message(self, message: discord.Message) -> None:
         try:
@@ -183,6 +195,8 @@ class LunaBot(discord.Client):
             log_event("discord_error", op="on_message", error=type(e).__name__)
 
     async def close(self) -> None:
+        if self.deliveries is not None:
+            self.deliveries.unregister("discord")
         await self.pipeline.aclose()
         await super().close()
 
@@ -278,6 +292,7 @@ class LunaBot(discord.Client):
             scope=route.scope,
             allow_tools=route.allow_tools,
             approver=approver,
+            address=scheduled.address_of(channel, route.user_id, first.message.guild is None),
         )
         stream = ReplyStream(channel, edit_interval=self.cfg.discord.edit_interval)
         typing = asyncio.get_running_loop().create_task(self.keep_typing(channel))
