@@ -11,13 +11,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from luna import observe
 from luna.agent import Agent
-from luna.config import Config
+from luna.config import Config, secret_values
 from luna.frontends import Components
 from luna.frontends.web import WebFrontend
 from luna.llm import LLMClient
@@ -68,8 +70,11 @@ class WebLuna:
 
 
 @pytest.fixture(autouse=True)
-def _no_web_token(monkeypatch: pytest.MonkeyPatch) -> None:
+def _no_web_token(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("LUNA_WEB_TOKEN", raising=False)
+    # A config built without a file makes `config set` write $LUNA_CONFIG or ./config.toml:
+    # never the repository's.
+    monkeypatch.setenv("LUNA_CONFIG", str(tmp_path / "config.toml"))
 
 
 @pytest.fixture
@@ -85,6 +90,7 @@ async def web_luna(luna_config: Callable[..., Config]) -> AsyncIterator[Callable
         for key, value in (data or {}).items():
             base[key] = {**base.get(key, {}), **value}
         cfg = luna_config(base, env={"LUNA_WEB_TOKEN": TOKEN})
+        observe.setup(cfg.observe.log_dir, console=False, secrets=secret_values(cfg))
         memory = Memory(cfg.memory)
         key = (cfg.memory.embedding_model, cfg.memory.embedding_dim)
         memory.embedder = _EMBEDDERS.setdefault(key, memory.embedder)
@@ -109,3 +115,4 @@ async def web_luna(luna_config: Callable[..., Config]) -> AsyncIterator[Callable
         await asyncio.wait_for(task, 30)
         await llm.close()
         await memory.close()
+    observe.shutdown()
