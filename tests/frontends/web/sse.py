@@ -25,10 +25,10 @@ class EventReader:
                 self._new.set()
 
     async def wait_for(
-        self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 20.0
+        self, predicate: Callable[[dict[str, Any]], bool], within_s: float = 20.0
     ) -> dict[str, Any]:
         """The first event (seen so far or later) matching ``predicate``."""
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(within_s):
             seen = 0
             while True:
                 for event in self.events[seen:]:

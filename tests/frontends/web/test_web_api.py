@@ -58,7 +58,9 @@ async def test_page_turn_streams_text_and_tool_calls_then_history_shows_them(
         assert runs[0]["tool"] == "echo" and runs[0]["session_id"] == session
 
 
-@pytest.mark.parametrize(("decision", "result"), [("approve", "risky done: x"), ("deny", "declined")])
+@pytest.mark.parametrize(
+    ("decision", "result"), [("approve", "risky done: x"), ("deny", "declined")]
+)
 async def test_approval_from_the_api_decides_the_tool(
     web_luna: Callable[..., Any], llm_server: FakeLLMServer, decision: str, result: str
 ) -> None:
@@ -214,7 +216,7 @@ async def test_settings_show_sources_and_change_through_config_set(
         assert ok.json()["value"] == 9 and "restart" in ok.json()["note"]
         text = path.read_text()
         assert "max_rounds = 9" in text and "# my settings" in text
-        assert list(tmp_path.glob("config.toml.bak.*"))
+        assert backups(tmp_path)
         after = (await client.get("/api/config")).json()
         assert after["pending"]["agent.max_rounds"] == 9  # applies at the next start
         assert {i["key"]: i["value"] for i in after["items"]}["agent.max_rounds"] != 9
@@ -227,6 +229,10 @@ async def test_settings_show_sources_and_change_through_config_set(
         secret = await client.post("/api/config", json={"key": "web.token", "value": "x" * 20})
         assert secret.status_code == 400 and "LUNA_WEB_TOKEN" in secret.json()["error"]
         assert "max_rounds = 9" in path.read_text()
+
+
+def backups(folder: Path) -> list[Path]:
+    return list(folder.glob("config.toml.bak.*"))
 
 
 def test_chosen_adds_web_next_to_repl_or_discord(tmp_path: Path) -> None:
