@@ -51,7 +51,7 @@ async def check_llm(cfg: Config) -> list[CheckResult]:
     endpoint = cfg.llm.endpoint.rstrip("/")
     headers = {"Authorization": f"Bearer {cfg.llm.api_key}"} if cfg.llm.api_key else {}
     timeout = httpx.Timeout(30.0, connect=cfg.llm.connect_timeout)
-    names = ("model alias", "context size", "tool calls", "reasoning")
+    names = ("model alias", "context size", "history reasoning", "tool calls", "reasoning")
     results: list[CheckResult] = []
     async with httpx.AsyncClient(headers=headers, timeout=timeout) as client:
         # Reachable + model alias.
@@ -99,18 +99,44 @@ async def check_llm(cfg: Config) -> list[CheckResult]:
                     f"start llama-server with --alias {cfg.llm.model}",
                 )
             )
-        results.append(await _check_context(client, cfg))
+        props = await _props(client, cfg)
+        results.append(_check_context(props, cfg))
+        results.append(_check_template(props, cfg))
         results += await _check_probes(client, cfg, endpoint)
     return results
 
 
-async def _check_context(client: httpx.AsyncClient, cfg: Config) -> CheckResult:
-    url = f"{_root_url(cfg.llm.endpoint)}/props"
+async def _props(client: httpx.AsyncClient, cfg: Config) -> dict[str, Any] | None:
+    """llama-server's ``/props``, or None (another server, or none)."""
     try:
-        resp = await client.get(url)
+        resp = await client.get(f"{_root_url(cfg.llm.endpoint)}/props")
         props = resp.json() if resp.status_code == 200 else None
     except (httpx.HTTPError, ValueError):
-        props = None
+        return None
+    return props if isinstance(props, dict) else None
+
+
+def _check_template(props: dict[str, Any] | None, cfg: Config) -> CheckResult:
+    """Does the server's chat template keep the reasoning Luna sends back?"""
+    if cfg.llm.history_reasoning != "keep":
+        return skipped("history reasoning", f"llm.history_reasoning = {cfg.llm.history_reasoning}")
+    caps = (props or {}).get("chat_template_caps")
+    if not isinstance(caps, dict):
+        return skipped("history reasoning", "not a llama-server (no chat template caps)")
+    if caps.get("supports_preserve_reasoning"):
+        return ok("history reasoning", "the server's template keeps every turn's reasoning")
+    return fail(
+        "history reasoning",
+        "the server's chat template drops reasoning before the last user message, so each new "
+        "turn prefills the previous one again (see `luna doctor cache SESSION`)",
+        "run llama-server with --chat-template-file luna/llm/templates/qwen3.5-luna.jinja "
+        "(worker-agent.service does), or `luna config set llm.history_reasoning turn`",
+        essential=False,
+    )
+
+
+def _check_context(props: dict[str, Any] | None, cfg: Config) -> CheckResult:
+    url = f"{_root_url(cfg.llm.endpoint)}/props"
     settings = (props or {}).get("default_generation_settings") or {}
     n_ctx = settings.get("n_ctx") or (props or {}).get("n_ctx")
     if not isinstance(n_ctx, int):

@@ -95,11 +95,12 @@ def test_doctor_healthy_install_exits_zero(tmp_path: Path, llm_server: FakeLLMSe
     out = proc.stdout
     assert proc.returncode == 0, out + proc.stderr
     for name in (
-        "config", "LLM endpoint", "model alias", "context size", "tool calls", "reasoning",
+        "config", "LLM endpoint", "model alias", "context size", "history reasoning",
+        "tool calls", "reasoning",
         "embeddings", "SQLite FTS5", "sqlite-vec", "schema", "bwrap sandbox", "MCP time",
         "Discord token", "data folder",
     ):  # fmt: skip
-        found = lines_for(out, name)
+        found = [line for line in lines_for(out, name) if line[2:].startswith(name + ":")]
         assert found and found[0].startswith("✓"), f"{name}: {found}\n{out}"
     assert "8192 tokens" in out
     assert "bot id 112233445566778899" in out
@@ -239,3 +240,20 @@ def test_doctor_config_error_is_one_line(tmp_path: Path) -> None:
     assert "endpoint" in proc.stderr and "Traceback" not in proc.stderr
     with pytest.raises(Exception, match="did you mean"):
         load_config(bad)
+
+
+def test_doctor_tells_whether_the_real_servers_template_keeps_reasoning(
+    tmp_path: Path, real_llama
+) -> None:
+    from luna.config import build_config
+    from luna.doctor.llm import _check_template
+    from tests.real_llama import ALIAS
+
+    for template, keeps in (("stock", False), ("luna", True)):
+        server = real_llama(template)
+        cfg = build_config({"llm": {"endpoint": server.url, "model": ALIAS}}, {}, base_dir=tmp_path)
+        result = _check_template(server.props(), cfg)  # what /props says about the template
+        assert result.ok is keeps
+        if not keeps:
+            assert not result.essential  # a warning: Luna works, the cache does not
+            assert "qwen3.5-luna.jinja" in result.fix and "llm.history_reasoning turn" in result.fix

@@ -98,6 +98,7 @@ class FakeLLMServer:
         self.model = model
         self.n_ctx = n_ctx
         self.has_props = props
+        self.preserves_reasoning = True
         self.default: ReplySource = Reply(content="ok")
         # Text that makes the server refuse any request (and render) carrying it, with HTTP
         # 500: a stand-in for a history the server's template cannot take.
@@ -343,6 +344,10 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
                         "default_generation_settings": {"n_ctx": server.n_ctx},
                         "total_slots": 1,
                         "model_path": f"/models/{server.model}.gguf",
+                        # as llama-server reports Luna's template (the stock one says False)
+                        "chat_template_caps": {
+                            "supports_preserve_reasoning": server.preserves_reasoning
+                        },
                     },
                 )
             elif path == "/health":
