@@ -22,6 +22,7 @@ _COMMAND_MODULES = (
     "luna.memory.cli",
     "luna.mcp.cli",
     "luna.doctor.checks",
+    "luna.doctor.replay",
     "luna.observe.stats",
     "luna.scheduler.cli",
 )

@@ -82,6 +82,7 @@ async def build_components(
     from luna.memory import Memory
     from luna.memory.embed_worker import EmbeddingProcess
     from luna.memory.librarian import Librarian
+    from luna.memory.request_log import RequestLog
     from luna.tools import build_registry
 
     memory = Memory(cfg.memory)
@@ -106,7 +107,9 @@ async def build_components(
     librarian = Librarian(memory, llm, cfg) if cfg.memory.librarian else None
     if librarian is not None:
         stack.push_async_callback(_with_deadline, librarian.aclose, 15.0, "librarian")
-    agent = Agent(cfg, llm, memory, registry, librarian)
+    requests = RequestLog.beside(cfg.memory.db_path)
+    stack.push_callback(requests.close)
+    agent = Agent(cfg, llm, memory, registry, librarian, requests)
     if embedded:
         agent.tools_enabled = False  # the demo model cannot call tools
     scheduler = None

@@ -41,8 +41,10 @@ from luna.config import Config
 from luna.config.timezone import zone_for
 from luna.errors import LLMError, LunaError
 from luna.llm import LLMClient
+from luna.llm.client import RequestRecorder
 from luna.llm.stream import Progress
 from luna.memory import format_recall
+from luna.memory.request_log import RequestLog
 from luna.messages import (
     AgentEvent,
     InboundMessage,
@@ -83,12 +85,14 @@ class Agent:
         memory: Any,
         registry: Any,
         librarian: Any | None = None,
+        requests: RequestLog | None = None,
     ) -> None:
         self.cfg = cfg
         self.llm = llm
         self.memory = memory
         self.registry = registry
         self.librarian = librarian
+        self.requests = requests  # what was sent, for `luna doctor cache` and `luna replay`
         self.fit = ContextFit(cfg.llm.context_tokens, cfg.llm.max_tokens)
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}  # session -> (lock, turns using it)
         self._refused: dict[str, set[str]] = {}  # session -> digests the server refused
@@ -244,7 +248,9 @@ class Agent:
             send_tools = tools if tools and not at_limit else None
             extra = [{"role": "user", "content": WRAP_UP_NOTE}] if at_limit else []
             resp, sent = await call(
-                messages + extra, send_tools, lambda m, t=send_tools: self._stream(m, t, emit)
+                messages + extra,
+                send_tools,
+                lambda m, t=send_tools: self._stream(m, t, emit, msg.session_id),
             )
             messages = sent[: len(sent) - len(extra)] if extra else sent
             usage = resp.usage or usage
@@ -286,6 +292,7 @@ class Agent:
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None,
         emit: Callable[[AgentEvent], None],
+        session_id: str,
     ) -> LLMResponse:
         async def on_text(text: str) -> None:
             emit(TextDelta(text))
@@ -307,7 +314,31 @@ class Agent:
             on_reasoning=on_reasoning,
             on_status=on_status,
             on_progress=on_progress,
+            record=self._recorder(session_id),
         )
+
+    def _recorder(self, session_id: str) -> RequestRecorder | None:
+        log_ = self.requests
+        if log_ is None:
+            return None
+        turn_id = observe.turn_id_var.get()
+
+        async def record(
+            body: dict[str, Any], response: LLMResponse | None, error: LLMError | None
+        ) -> None:
+            reply = None
+            if response is not None:
+                reply = {
+                    "content": response.content,
+                    "reasoning_content": response.reasoning,
+                    "tool_calls": [c.to_wire() for c in response.tool_calls],
+                    "finish_reason": response.finish_reason,
+                }
+            usage = response.usage if response is not None else None
+            err = str(error) if error is not None else None
+            await asyncio.to_thread(log_.record, session_id, turn_id, body, reply, usage, err)
+
+        return record
 
     async def _recall_block(self, msg: InboundMessage) -> str:
         # Memory leaves out this session's messages still in the prompt (this one included).

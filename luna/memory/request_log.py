@@ -164,10 +164,14 @@ class RequestLog:
         if not self.path.exists():
             return []
         with self._lock:
-            rows = self._connect().execute(
-                "SELECT session_id, count(*), max(created_at) FROM requests "
-                "GROUP BY session_id ORDER BY max(id) DESC"
-            ).fetchall()
+            rows = (
+                self._connect()
+                .execute(
+                    "SELECT session_id, count(*), max(created_at) FROM requests "
+                    "GROUP BY session_id ORDER BY max(id) DESC"
+                )
+                .fetchall()
+            )
         return [{"session_id": r[0], "requests": r[1], "last": r[2]} for r in rows]
 
     def for_session(self, session_id: str) -> list[LoggedRequest]:

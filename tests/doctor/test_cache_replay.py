@@ -1,0 +1,129 @@
+"""``luna doctor cache``, ``luna replay`` and the cache figures of ``luna stats``, run for real.
+
+A session runs through the real Agent against the scripted server (with the request log
+Luna's app wires in); then the commands run as ``python -m luna`` subprocesses on its data.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from luna import observe
+from luna.agent import Agent
+from luna.config import Config, build_config
+from luna.llm import LLMClient
+from luna.memory import Memory
+from luna.memory.request_log import RequestLog
+from luna.messages import InboundMessage
+from tests.fakes.llm_server import FakeLLMServer, Reply
+from tests.fakes.tools import echo_registry
+from tests.luna_process import data_env
+
+
+def config(tmp_path: Path, url: str, policy: str) -> Config:
+    data = {
+        "llm": {"endpoint": url, "model": "fake-model", "history_reasoning": policy},
+        "memory": {"db_path": str(tmp_path / "data" / "luna.db"), "librarian": False},
+        "observe": {"log_dir": str(tmp_path / "data" / "logs"), "console": False},
+        "agent": {"workspace": str(tmp_path / "workspace")},
+        "mcp": {"servers_file": str(tmp_path / "mcp_servers.json")},
+    }
+    return build_config(data, {}, base_dir=tmp_path)
+
+
+async def run_session(cfg: Config, llm_server: FakeLLMServer, session: str) -> None:
+    observe.setup(cfg.observe.log_dir, console=False)
+    memory = Memory(cfg.memory)
+    await memory.open(background=False)
+    llm = LLMClient(cfg.llm)
+    requests = RequestLog.beside(cfg.memory.db_path)
+    agent = Agent(cfg, llm, memory, echo_registry(cfg), requests=requests)
+    call = {"name": "echo", "arguments": '{"text": "hi"}', "id": "c1"}
+    llm_server.script(
+        Reply(reasoning="Echo first.", tool_calls=[call]),
+        Reply(reasoning="Now answer.", content="It said hi."),
+        Reply(content="Bye."),
+    )
+    try:
+        for text in ("echo hi", "thanks"):
+            [e async for e in agent.run_turn(InboundMessage(session_id=session, text=text))]
+    finally:
+        requests.close()
+        await llm.close()
+        await memory.close()
+        observe.shutdown()
+
+
+def luna(tmp_path: Path, url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "luna", *args],
+        env=data_env(tmp_path, url),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+async def test_doctor_cache_names_where_and_why_a_request_did_not_extend(
+    tmp_path: Path, llm_server: FakeLLMServer
+) -> None:
+    await run_session(config(tmp_path, llm_server.url, "drop"), llm_server, "s1")
+    out = luna(tmp_path, llm_server.url, "doctor", "cache", "s1", "--json")
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert rows[0]["extends"] is None and all(r["prompt_tokens"] for r in rows)
+    # With reasoning not sent back, the tool round no longer extends what was generated.
+    assert rows[1]["extends"] is False
+    assert "message 3 (assistant)" in rows[1]["note"] and "reasoning dropped" in rows[1]["note"]
+    table = luna(tmp_path, llm_server.url, "doctor", "cache", "s1")
+    assert "reasoning dropped" in table.stdout and "prompt tokens cached" in table.stdout
+    missing = luna(tmp_path, llm_server.url, "doctor", "cache", "nope")
+    assert missing.returncode == 1 and "no requests recorded" in missing.stdout
+
+
+async def test_doctor_cache_shows_every_request_extending_when_reasoning_is_kept(
+    tmp_path: Path, llm_server: FakeLLMServer
+) -> None:
+    await run_session(config(tmp_path, llm_server.url, "keep"), llm_server, "s1")
+    rows = json.loads(luna(tmp_path, llm_server.url, "doctor", "cache", "s1", "--json").stdout)
+    assert [r["extends"] for r in rows] == [None, True, True]
+
+
+async def test_replay_rebuilds_the_exact_request_and_sends_it_again(
+    tmp_path: Path, llm_server: FakeLLMServer
+) -> None:
+    await run_session(config(tmp_path, llm_server.url, "keep"), llm_server, "s1")
+    sent: list[dict[str, Any]] = llm_server.requests
+    listed = luna(tmp_path, llm_server.url, "replay", "--list", "--json")
+    assert json.loads(listed.stdout)[0] == {**json.loads(listed.stdout)[0], "requests": 3}
+    out = luna(tmp_path, llm_server.url, "replay", "s1", "--step", "2", "--json")
+    assert out.returncode == 0, out.stderr
+    rebuilt = json.loads(out.stdout)
+    assert rebuilt["request"] == sent[1]  # byte for byte what went on the wire
+    turn = luna(tmp_path, llm_server.url, "replay", "s1", "--turn", "1", "--json")
+    assert [json.loads(line)["step"] for line in turn.stdout.splitlines()] == [1, 2]
+    llm_server.script(Reply(content="a different answer"))
+    again = luna(tmp_path, llm_server.url, "replay", "s1", "--step", "2", "--send")
+    assert again.returncode == 0, again.stderr
+    assert "-- recorded answer:\n[reasoning] Now answer.\nIt said hi." in again.stdout
+    assert "a different answer" in again.stdout
+    assert llm_server.requests[-1]["messages"] == sent[1]["messages"]
+    assert luna(tmp_path, llm_server.url, "replay", "s1", "--step", "9").returncode == 1
+
+
+async def test_stats_show_the_cache_hit_ratio_and_prefill_per_day(
+    tmp_path: Path, llm_server: FakeLLMServer
+) -> None:
+    await run_session(config(tmp_path, llm_server.url, "keep"), llm_server, "s1")
+    out = luna(tmp_path, llm_server.url, "stats", "--json")
+    data = json.loads(out.stdout)
+    assert data["cached_tokens"] > 0 and 0 < data["cache_hit_ratio"] < 1
+    assert sum(d["prefilled_tokens"] for d in data["per_day"]) == data["prefilled_tokens"]
+    table = luna(tmp_path, llm_server.url, "stats")
+    assert "hit ratio" in table.stdout and "prefill time" in table.stdout
