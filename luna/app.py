@@ -108,7 +108,7 @@ async def build_components(
     if librarian is not None:
         stack.push_async_callback(_with_deadline, librarian.aclose, 15.0, "librarian")
     requests = RequestLog.beside(cfg.memory.db_path)
-    stack.push_callback(requests.close)
+    stack.callback(requests.close)
     agent = Agent(cfg, llm, memory, registry, librarian, requests)
     if embedded:
         agent.tools_enabled = False  # the demo model cannot call tools
