@@ -55,6 +55,7 @@ def make(parts: Any, args: Any) -> Repl:
         parts.cfg.data_dir,
         session_id=getattr(args, "session", None),
         banner=parts.banner,
+        deliveries=getattr(parts.scheduler, "router", None),
     )
 
 
@@ -157,6 +158,18 @@ class LineReader:
             self._pending = future
         return await asyncio.shield(self._pending)
 
+    def waiting_line(self) -> str | None:
+        """The prompt and what was typed so far while a read waits for Enter, else None."""
+        if self._pending is None or self._pending.done():
+            return None
+        typed = ""
+        if self.interactive:
+            with contextlib.suppress(ImportError):
+                import readline
+
+                typed = readline.get_line_buffer()
+        return self._asked[1] + typed
+
     def save_history(self) -> None:
         if self.interactive and self._history_file:
             with contextlib.suppress(ImportError, OSError):
@@ -177,6 +190,7 @@ class Repl:
         stdin: TextIO | None = None,
         stdout: TextIO | None = None,
         banner: str = "",
+        deliveries: Any = None,
     ) -> None:
         self.agent = agent
         self.memory = memory
@@ -187,6 +201,7 @@ class Repl:
         self.reader = LineReader(stdin, self.interactive, data_dir / "repl_history")
         self.session_id = load_session_id(data_dir, session_id)
         self.banner = banner
+        self.deliveries = deliveries  # luna.scheduler.delivery.DeliveryRouter, or None
         self._turn: asyncio.Task[None] | None = None
         self.stopping = asyncio.Event()
 
@@ -222,6 +237,8 @@ class Repl:
             self.write(self.banner + "\n")
         if self.interactive:
             self.write(f"Luna — session {self.session_id}. /help for commands.\n")
+        if self.deliveries is not None:  # scheduled results: the held ones now, others as due
+            self.deliveries.register("repl", self.show_scheduled)
         try:
             while not self.stopping.is_set():
                 read = asyncio.ensure_future(
@@ -258,6 +275,8 @@ class Repl:
                 finally:
                     self._turn = None
         finally:
+            if self.deliveries is not None:
+                self.deliveries.unregister("repl")
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(signal.SIGINT)
             self.reader.save_history()
@@ -268,6 +287,19 @@ class Repl:
             self._turn.cancel()
         else:
             self.write("\n(Ctrl-D or /quit to exit)\n")
+
+    async def show_scheduled(self, delivery: Any) -> bool:
+        """Print a scheduled task's result: after the reply being streamed, and above the
+        line being typed, which is drawn again as it was."""
+        while self._turn is not None and not self._turn.done():
+            await asyncio.wait({self._turn})
+        text = delivery.text.rstrip("\n")
+        typing = self.reader.waiting_line() if self.interactive else None
+        if typing is None:
+            self.write(f"{text}\n")
+        else:
+            self.write(f"\r\x1b[2K{text}\n{typing}")
+        return True
 
     def _stale_notice(self) -> None:
         self.write("\n(the earlier question expired; the next line you type is ignored)\n")
