@@ -32,7 +32,7 @@ function bubble(role, text) {
 function toolLine(name, args) {
   return el(
     "details",
-    { class: "tool running" },
+    { class: "tool tool-running" },
     el(
       "summary",
       {},
@@ -49,8 +49,8 @@ function toolLine(name, args) {
 }
 
 function finishTool(line, isError, seconds, preview) {
-  line.classList.remove("running");
-  line.classList.add(isError ? "error" : "ok");
+  line.classList.remove("tool-running");
+  line.classList.add(isError ? "tool-error" : "tool-ok");
   $(".tool-status", line).textContent =
     (isError ? "error" : "ok") + (seconds === undefined ? "" : ` (${seconds.toFixed(1)}s)`);
   $(".tool-result", line).textContent = preview;
@@ -66,7 +66,7 @@ function renderMessages(list, container) {
       if (m.content) container.append(bubble("assistant", m.content));
       for (const call of m.tool_calls || []) {
         const line = toolLine(call.function?.name || "?", call.function?.arguments || "");
-        line.classList.remove("running");
+        line.classList.replace("tool-running", "tool-ran");
         $(".tool-status", line).textContent = "ran";
         tools.set(call.id, line);
         container.append(line);

@@ -22,7 +22,7 @@ export function el(tag, attrs = {}, ...children) {
 }
 
 export function append(node, ...children) {
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child === null || child === undefined || child === false) continue;
     node.append(child instanceof Node ? child : document.createTextNode(String(child)));
   }

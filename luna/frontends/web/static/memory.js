@@ -2,7 +2,7 @@
 // `luna memory list`), one memory's provenance and supersession, add and forget.
 
 import { api } from "./api.js";
-import { $, clear, el, short, when } from "./dom.js";
+import { $, append, clear, el, short, when } from "./dom.js";
 
 function header(...names) {
   return el("tr", {}, names.map((n) => el("th", {}, n)));
@@ -48,7 +48,8 @@ async function showDetail(id) {
     clear(box).append(el("p", { class: "muted forgotten" }, `Memory #${id} forgotten.`));
     rerun();
   });
-  clear(box).append(
+  append(
+    clear(box),
     el("h3", {}, `Memory #${m.id}`),
     el("p", { class: "memory-text" }, m.text),
     el("dl", { class: "facts" }, facts.map(([k, v]) => [el("dt", {}, k), el("dd", {}, String(v))])),

@@ -62,6 +62,7 @@ export async function load() {
       ),
     );
   }
+  filter();
   if (data.file_error) {
     $("#config-status").textContent = data.file_error;
     $("#config-status").className = "error";
@@ -94,6 +95,14 @@ async function doctor() {
   }
 }
 
+function filter() {
+  const wanted = $("#config-filter").value.trim().toLowerCase();
+  for (const row of document.querySelectorAll("#config-table tr[data-key]")) {
+    row.hidden = Boolean(wanted) && !row.dataset.key.toLowerCase().includes(wanted);
+  }
+}
+
 export function init() {
   $("#doctor-run").addEventListener("click", doctor);
+  $("#config-filter").addEventListener("input", filter);
 }
