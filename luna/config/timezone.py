@@ -34,10 +34,9 @@ def is_zone_name(name: str) -> bool:
 
 def suggest_zone(name: str) -> str:
     """``" (did you mean 'Europe/Berlin'?)"`` for a near miss, else ``""``."""
-    import difflib
+    from luna.errors import did_you_mean
 
-    close = difflib.get_close_matches(name, sorted(available_timezones()), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    return did_you_mean(name, sorted(available_timezones()))
 
 
 @functools.cache

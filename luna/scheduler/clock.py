@@ -2,8 +2,9 @@
 
 Invariants:
 - ``now()`` is an aware UTC datetime; nothing in the scheduler reads the time another way.
-- ``sleep(seconds, wake)`` returns after ``seconds`` or as soon as ``wake`` is set, whichever
-  comes first; it never blocks the event loop.
+- ``sleep_until(when, wake)`` returns once the clock reads ``when`` or as soon as ``wake`` is
+  set, whichever comes first; it never blocks the event loop. The deadline is absolute, so
+  time that passes between computing it and sleeping is never added twice.
 - :class:`ManualClock` moves only when told (``advance``/``set``), and a sleeper wakes when
   the time it waits for is reached, so tests never wait for real minutes.
 """
@@ -19,14 +20,15 @@ from typing import Protocol
 class Clock(Protocol):
     def now(self) -> dt.datetime: ...
 
-    async def sleep(self, seconds: float, wake: asyncio.Event) -> None: ...
+    async def sleep_until(self, when: dt.datetime, wake: asyncio.Event) -> None: ...
 
 
 class SystemClock:
     def now(self) -> dt.datetime:
         return dt.datetime.now(dt.UTC)
 
-    async def sleep(self, seconds: float, wake: asyncio.Event) -> None:
+    async def sleep_until(self, when: dt.datetime, wake: asyncio.Event) -> None:
+        seconds = (when - self.now()).total_seconds()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(wake.wait(), max(0.0, seconds))
 
@@ -49,8 +51,8 @@ class ManualClock:
     def advance(self, seconds: float) -> None:
         self.set(self._now + dt.timedelta(seconds=seconds))
 
-    async def sleep(self, seconds: float, wake: asyncio.Event) -> None:
-        until = self._now + dt.timedelta(seconds=max(0.0, seconds))
+    async def sleep_until(self, when: dt.datetime, wake: asyncio.Event) -> None:
+        until = when.astimezone(dt.UTC)
         moved = asyncio.Event()
         self._sleepers.add(moved)
         try:

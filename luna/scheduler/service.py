@@ -41,6 +41,7 @@ from luna.scheduler.model import OWNER, Schedule
 from luna.scheduler.runner import Runner
 from luna.scheduler.store import TaskStore
 from luna.scheduler.timing import check_cron, next_run
+from luna.scheduler.tool_port import ToolPort
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +109,7 @@ class SchedulerService:
         """Bind the tools' API, take the lease if free, start the loop; returns at once."""
         if self.cfg.scheduler.heartbeat:
             self._heartbeat_schedule()  # a bad heartbeat_cron stops Luna here, in one line
-        self.registry.services["scheduler"] = self.api
+        self.registry.services["scheduler"] = ToolPort(self.api)
         await self._take_lease()
         self._loop = asyncio.create_task(self._run(), name="scheduler")
 
@@ -148,26 +149,26 @@ class SchedulerService:
         return True
 
     async def _run(self) -> None:
-        poll = self.cfg.scheduler.poll_interval
+        poll = dt.timedelta(seconds=self.cfg.scheduler.poll_interval)
         self.runner.on_finish = self.wake
         while True:
             self._wake.clear()
-            delay = poll
+            now = self.clock.now()
+            until = now + poll
             try:
                 if await self._take_lease():
                     report = await self.runner.tick()
                     progressed = report.fired or report.started or report.missed
                     nxt = await asyncio.to_thread(self.store.next_due_at)
                     if report.more:
-                        delay = 0.0
-                    elif nxt is not None:
-                        ahead = (nxt - self.clock.now()).total_seconds()
-                        # Due but not started (all turn slots busy): a finishing turn wakes us.
-                        delay = min(poll, ahead) if ahead > 0 or progressed else poll
+                        until = now
+                    elif nxt is not None and (nxt > now or progressed):
+                        # (Due but not started, all turn slots busy: a finishing turn wakes us.)
+                        until = min(until, max(nxt, now))
                 await self.router.flush()
             except Exception:  # noqa: BLE001 - the loop must outlive one bad tick
-                log.exception("scheduler: tick failed; trying again in %.0f s", poll)
-            await self.clock.sleep(max(0.0, delay), self._wake)
+                log.exception("scheduler: tick failed; trying again in %s", poll)
+            await self.clock.sleep_until(until, self._wake)
 
     # ---- the heartbeat ----------------------------------------------------------------
 

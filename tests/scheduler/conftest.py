@@ -21,6 +21,7 @@ from luna.memory import Memory
 from luna.scheduler.clock import ManualClock
 from luna.scheduler.model import Delivery, Requester, Target, TaskRequest
 from luna.scheduler.service import SchedulerService
+from luna.scheduler.tool_port import ToolPort
 from luna.tools.builtin import schedule
 from tests.fakes.tools import echo_registry
 
@@ -97,7 +98,7 @@ async def make_sched(
         agent = Agent(cfg, llm, memory, registry)
         clock = ManualClock(start)
         service = SchedulerService(cfg, memory, agent, registry, clock=clock)
-        registry.services["scheduler"] = service.api
+        registry.services["scheduler"] = ToolPort(service.api)
         opened.append((service, memory, llm))
         return Sched(cfg, memory, agent, service, clock)
 

@@ -1,35 +1,24 @@
 """Scheduler tools: ``schedule_task``, ``list_tasks``, ``cancel_task``.
 
-The tools call the running scheduler's API (``reg.services["scheduler"]``, a
-:class:`luna.scheduler.api.Schedules`, bound by ``app``); they only turn the turn's context
-into a :class:`~luna.scheduler.model.Requester`.
+The tools only declare what the model may say; the work is the running scheduler's, reached
+through ``reg.services["scheduler"]`` (a ``luna.scheduler.tool_port.ToolPort`` bound by
+``app``), so this lower layer never imports the scheduler.
 
 Invariants:
-- What a tool schedules is filed under the person talking (``ctx.user_id``) and delivered
-  where they talk (``ctx.frontend`` and ``ctx.address``: the same DM, thread or channel).
+- What a tool schedules is filed under the person talking and delivered where they talk (the
+  port reads ``ctx.user_id``, ``ctx.frontend`` and ``ctx.address``).
 - Every refusal (a bad time, a cap, no right) comes back to the model as one readable line.
 - With ``scheduler.strangers = "reminders"`` the tools are guest tools: offered to people
-  without tool rights, where the API allows them plain reminders only.
+  without tool rights, where the scheduler allows them plain reminders only.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from luna.config import Config
 from luna.errors import ScheduleError, ToolError
-from luna.scheduler.api import Schedules, task_line
-from luna.scheduler.model import Requester, Target, TaskRequest
 from luna.tools.registry import ToolContext, ToolRegistry
-
-ADDRESSED = ("repl", "discord", "web")
-
-
-def requester(ctx: ToolContext) -> Requester:
-    target = None
-    if ctx.frontend in ADDRESSED and (ctx.frontend != "discord" or ctx.address):
-        target = Target(ctx.frontend, dict(ctx.address or {}))
-    return Requester(ctx.user_id, ctx.scope, ctx.frontend, ctx.session_id, target)
 
 
 def register(reg: ToolRegistry, cfg: Config) -> None:
@@ -37,7 +26,7 @@ def register(reg: ToolRegistry, cfg: Config) -> None:
         return
     guest = cfg.scheduler.strangers == "reminders"
 
-    def api() -> Schedules:
+    def port() -> Any:
         found = reg.services.get("scheduler")
         if found is None:
             raise ToolError("the scheduler is not running here; tasks cannot be set now")
@@ -68,12 +57,12 @@ def register(reg: ToolRegistry, cfg: Config) -> None:
             cron: A recurring cron expression, five fields, e.g. "0 8 * * 1-5".
             every: A recurring interval: "30m", "6h", "1d", "1w".
         """
-        request = TaskRequest(text, kind, at=at, after=after, cron=cron, every=every)
+        request = {"text": text, "kind": kind, "at": at, "after": after, "cron": cron,
+                   "every": every}  # fmt: skip
         try:
-            task = await api().add(request, requester(ctx))
+            return await port().schedule(ctx, request)
         except ScheduleError as e:
             raise ToolError(str(e)) from None
-        return f"Scheduled {task_line(task)}"
 
     @reg.tool(level="allow", guest=guest)
     async def list_tasks(include_finished: bool = False, *, ctx: ToolContext) -> str:
@@ -82,10 +71,7 @@ def register(reg: ToolRegistry, cfg: Config) -> None:
         Args:
             include_finished: Also show done, missed, failed and cancelled ones.
         """
-        tasks = await api().list(requester(ctx), include_finished=include_finished, limit=50)
-        if not tasks:
-            return "No scheduled tasks."
-        return "\n".join(task_line(t) for t in tasks)
+        return await port().list(ctx, include_finished=include_finished)
 
     @reg.tool(level="allow", guest=guest)
     async def cancel_task(task_id: int, *, ctx: ToolContext) -> str:
@@ -95,7 +81,6 @@ def register(reg: ToolRegistry, cfg: Config) -> None:
             task_id: The task's number, as list_tasks shows it (#3 is 3).
         """
         try:
-            task = await api().cancel(task_id, requester(ctx))
+            return await port().cancel(ctx, task_id)
         except ScheduleError as e:
             raise ToolError(str(e)) from None
-        return f"Cancelled {task_line(task)}"

@@ -11,6 +11,7 @@ from typing import Any
 from luna.scheduler.clock import ManualClock
 from luna.scheduler.model import Requester, Target, TaskRequest
 from luna.scheduler.service import SchedulerService
+from luna.scheduler.tool_port import ToolPort
 from luna.tools.builtin import schedule
 from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.frontends.discord.conftest import FRIEND_ID, OWNER_ID, STRANGER_ID, Harness
@@ -25,7 +26,7 @@ async def with_scheduler(h: Harness) -> tuple[SchedulerService, ManualClock]:
     schedule.register(registry, h.cfg)
     clock = ManualClock(START)
     service = SchedulerService(h.cfg, h.memory, h.agent, registry, clock=clock)
-    registry.services["scheduler"] = service.api
+    registry.services["scheduler"] = ToolPort(service.api)
     h.bot.deliveries = service.router
     await h.bot.on_ready()  # connected: the bot registers its delivery function
     assert service.router.frontends == ["discord"]
