@@ -106,6 +106,8 @@ async def events(request: web.Request) -> web.StreamResponse:
     st = state(request)
 
     def hello() -> dict[str, Any]:
+        if st.scheduler is not None:
+            st.scheduler.router.kick("web")  # results held while no page was open
         return {"type": "hello", "running": st.runner.running(), "approvals": st.broker.pending()}
 
     return await sse_stream(request, st.hub, hello)

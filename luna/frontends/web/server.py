@@ -28,7 +28,7 @@ from aiohttp import web
 
 from luna.config import Config
 from luna.errors import ConfigError, LunaError
-from luna.frontends.web import admin_api, luna_api, openai_api
+from luna.frontends.web import admin_api, luna_api, openai_api, schedules_api
 from luna.frontends.web.approvals import ApprovalBroker
 from luna.frontends.web.auth import (
     HOW_TO_SET,
@@ -74,6 +74,7 @@ def build_app(st: WebState) -> web.Application:
             *openai_api.routes(),
             *luna_api.routes(),
             *admin_api.routes(),
+            *schedules_api.routes(),
             web.static("/static", STATIC_DIR, show_index=False, follow_symlinks=False),
         ]
     )
@@ -102,6 +103,7 @@ class WebFrontend:
             hub=hub,
             broker=broker,
             runner=runner,
+            scheduler=getattr(parts, "scheduler", None),
         )
         self._runner: web.AppRunner | None = None
         self.url = ""
@@ -125,6 +127,8 @@ class WebFrontend:
         host = self.cfg.web.host
         shown = f"[{host}]" if ":" in host else host
         self.url = f"http://{shown}:{port}"
+        if self.state.scheduler is not None:  # scheduled results for the web: held ones now
+            self.state.scheduler.router.register("web", schedules_api.delivery_sink(self.state.hub))
         if self.announce:
             print(
                 f"web: Luna's page and API at {self.url}/ (token: $LUNA_WEB_TOKEN)", file=sys.stderr
@@ -141,6 +145,8 @@ class WebFrontend:
     async def close(self) -> None:
         """Stop taking turns, let running ones end (the agent drains them), then close."""
         st = self.state
+        if st.scheduler is not None:
+            st.scheduler.router.unregister("web")
         st.runner.stop()
         st.broker.deny_all()
         await st.runner.wait(self.cfg.agent.shutdown_grace + CLOSE_TIMEOUT_S)

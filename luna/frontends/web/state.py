@@ -28,6 +28,7 @@ class WebState:
     hub: EventHub
     broker: ApprovalBroker
     runner: TurnRunner
+    scheduler: Any = None  # luna.scheduler.service.SchedulerService, or None when it is off
     doctor_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 

@@ -143,6 +143,7 @@ class TurnRunner:
             user_id="owner",
             scope="owner",
             approver=self.broker.approver(session_id),
+            address={"session_id": session_id},  # a task scheduled here reports back here
         )
         self._running[turn.id] = turn
         self._emit(turn, {"type": "turn_started", "text": text, "source": source})

@@ -9,6 +9,7 @@ is replaced.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,10 +26,15 @@ from luna.frontends.web import WebFrontend
 from luna.llm import LLMClient
 from luna.memory import Memory
 from luna.memory.embeddings import Embedder
+from luna.scheduler.clock import ManualClock
+from luna.scheduler.service import SchedulerService
+from luna.scheduler.tool_port import ToolPort
+from luna.tools.builtin import schedule
 from luna.tools.registry import ToolRegistry
 from tests.fakes.tools import echo_registry
 
 TOKEN = "test-web-token-0123456789abcdef"
+START = dt.datetime(2026, 12, 1, 7, 0, tzinfo=dt.UTC)
 XSS = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
 _EMBEDDERS: dict[tuple[str, int], Embedder] = {}  # one real model load per test process
 
@@ -62,6 +68,7 @@ class WebLuna:
     cfg: Config
     memory: Memory
     agent: Agent
+    scheduler: SchedulerService | None = None
 
     def client(self, *, token: str | None = TOKEN, **kwargs: Any) -> httpx.AsyncClient:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -81,7 +88,7 @@ def _no_web_token(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 async def web_luna(luna_config: Callable[..., Config]) -> AsyncIterator[Callable[..., Any]]:
     started: list[tuple[WebFrontend, asyncio.Event, asyncio.Task[None], Memory, LLMClient]] = []
 
-    async def make(data: dict | None = None) -> WebLuna:
+    async def make(data: dict | None = None, *, scheduler: bool = False) -> WebLuna:
         base = {
             "web": {"enabled": True, "port": 0},
             "memory": {"embedding_process": False},
@@ -98,7 +105,12 @@ async def web_luna(luna_config: Callable[..., Config]) -> AsyncIterator[Callable
         llm = LLMClient(cfg.llm)
         registry = web_registry(cfg)
         agent = Agent(cfg, llm, memory, registry)
-        parts = Components(cfg, agent, memory, llm, registry, None)
+        service = None
+        if scheduler:  # the app's scheduler on a hand-moved clock (tests call tick_once)
+            schedule.register(registry, cfg)
+            service = SchedulerService(cfg, memory, agent, registry, clock=ManualClock(START))
+            registry.services["scheduler"] = ToolPort(service.api)
+        parts = Components(cfg, agent, memory, llm, registry, None, scheduler=service)
         frontend = WebFrontend(parts, announce=False)
         stop = asyncio.Event()
         task = asyncio.create_task(frontend.run(stop))
@@ -107,7 +119,7 @@ async def web_luna(luna_config: Callable[..., Config]) -> AsyncIterator[Callable
                 break
             await asyncio.sleep(0.01)
         started.append((frontend, stop, task, memory, llm))
-        return WebLuna(frontend, frontend.url, cfg, memory, agent)
+        return WebLuna(frontend, frontend.url, cfg, memory, agent, service)
 
     yield make
     for _frontend, stop, task, memory, llm in started:

@@ -402,3 +402,24 @@ async def test_a_cross_site_page_cannot_act_with_the_token_or_the_cookie(
     async with api(luna_web) as client:
         texts = [m["text"] for m in (await client.get("/api/memory")).json()["memories"]]
     assert not [t for t in texts if "planted" in t], texts
+
+
+async def test_schedule_a_reminder_run_it_now_and_see_it_in_the_chat(
+    page: Any, luna_web: LunaWebProcess
+) -> None:
+    await log_in(page, luna_web.url)
+    await new_session(page)
+    await page.click("#tabs button[data-view=schedules]")
+    await page.select_option("#schedule-kind", "reminder")
+    await page.fill("#schedule-text", "stretch your legs")
+    await page.select_option("#schedule-when-kind", "after")
+    await page.fill("#schedule-when", "20m")
+    await page.click("#schedule-add button[type=submit]")
+    await page.wait_for_selector("#schedule-status:has-text('scheduled #')")
+    row = page.locator("#schedule-list tr", has_text="stretch your legs")
+    await row.wait_for()
+    await shot(page, "13-schedules")
+    await row.locator("button.run").click()
+    await page.click("#tabs button[data-view=chat]")
+    await page.wait_for_selector("#messages .msg.delivery:has-text('stretch your legs')")
+    await shot(page, "14-reminder-delivered")

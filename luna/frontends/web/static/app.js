@@ -6,6 +6,7 @@ import * as approvals from "./approvals.js";
 import * as chat from "./chat.js";
 import { $ } from "./dom.js";
 import * as memory from "./memory.js";
+import * as schedules from "./schedules.js";
 import * as settings from "./settings.js";
 import * as usage from "./usage.js";
 
@@ -50,6 +51,7 @@ const views = {
   chat: () => {},
   memory: () => memory.show(),
   approvals: () => {},
+  schedules: () => schedules.load(),
   usage: () => usage.refresh(),
   settings: () => settings.load(),
 };
@@ -77,6 +79,7 @@ async function start() {
     });
     approvals.init();
     memory.init();
+    schedules.init(chat.currentSession);
     usage.init();
     settings.init();
   }

@@ -170,6 +170,10 @@ function turnFor(event) {
   return turn;
 }
 
+export function currentSession() {
+  return current;
+}
+
 export function onEvent(event) {
   if (event.type === "hello") {
     running = event.running || [];
@@ -179,6 +183,14 @@ export function onEvent(event) {
     return;
   }
   if (event.type === "done" || event.type === "failed") loadSessions();
+  if (event.type === "delivery") {
+    if (event.session_id === current) {
+      const wasNear = nearBottom();
+      messages().append(el("div", { class: "msg assistant delivery" }, el("div", { class: "text" }, event.text)));
+      keepBottom(wasNear);
+    }
+    return;
+  }
   if (!event.turn_id && event.type !== "approval" && event.type !== "approval_resolved") return;
   if (event.session_id !== current) return;
   const wasNear = nearBottom();
