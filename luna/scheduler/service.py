@@ -107,8 +107,12 @@ class SchedulerService:
 
     async def start(self) -> None:
         """Bind the tools' API, take the lease if free, start the loop; returns at once."""
-        if self.cfg.scheduler.heartbeat:
-            self._heartbeat_schedule()  # a bad heartbeat_cron stops Luna here, in one line
+        if self.cfg.scheduler.heartbeat:  # a heartbeat that cannot work stops Luna here
+            self._heartbeat_schedule()
+            try:
+                owner_target(self.cfg, self.cfg.scheduler.heartbeat_to)
+            except ScheduleError as e:
+                raise ConfigError(f"config: scheduler.heartbeat_to: {e}") from None
         self.registry.services["scheduler"] = ToolPort(self.api)
         await self._take_lease()
         self._loop = asyncio.create_task(self._run(), name="scheduler")

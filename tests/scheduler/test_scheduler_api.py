@@ -186,3 +186,36 @@ def test_migration_m006_on_a_blank_and_an_old_database(tmp_path: Path) -> None:
         )
         assert "scheduled_tasks_due" in json.dumps(plan)  # the O(log n) index is used
         store.close()
+
+
+async def test_heartbeat_that_cannot_work_stops_luna_in_one_line(
+    make_sched: Callable[..., Any],
+) -> None:
+    from luna.errors import ConfigError
+
+    bad_cron = await make_sched({"heartbeat": True, "heartbeat_cron": "* * * * *"})
+    with pytest.raises(ConfigError, match=r"scheduler.heartbeat_cron: cron .* fires every 1m"):
+        await bad_cron.service.start()
+    no_owner = await make_sched({"heartbeat": True, "heartbeat_to": "discord"})
+    with pytest.raises(ConfigError, match="scheduler.heartbeat_to: .* needs discord.owner_id"):
+        await no_owner.service.start()
+
+
+async def test_cancelling_a_running_prompt_stops_its_turn_without_a_notice(
+    make_sched: Callable[..., Any], llm_server: FakeLLMServer
+) -> None:
+    import asyncio
+
+    s = await make_sched()
+    s.attach()
+    task = await s.add("a long job", kind="prompt", after="1h")
+    llm_server.script(Reply(content="too late", delay=60))
+    s.clock.advance(3600)
+    await s.service.tick_once(settle=False)
+    await asyncio.to_thread(llm_server.wait_for_requests, 1)
+    await s.api.cancel(task.id, OWNER_REPL)
+    await s.service.runner.wait_idle()
+    await s.tick()
+    assert s.shown == []
+    assert [r.status for r in await s.api.runs(task.id, OWNER_REPL)] == ["cancelled"]
+    assert (await s.api.get(task.id, OWNER_REPL)).state == "cancelled"
