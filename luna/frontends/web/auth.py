@@ -8,8 +8,9 @@ Invariants:
 - The token is accepted only in the ``Authorization`` header or the body of ``POST /login``;
   a request that puts it (or any ``token``/``access_token``/``api_key``) in the query string is
   refused, whatever else it carries.
-- A login is a random id in an ``HttpOnly; SameSite=Strict`` cookie, kept in memory (a restart
-  logs everyone out); the token itself never reaches the browser's storage.
+- A login is a random id in an ``HttpOnly; SameSite=Strict`` cookie (``Secure`` over HTTPS,
+  including behind a TLS proxy on this machine), kept in memory (a restart logs everyone out);
+  the token itself never reaches the browser's storage.
 - Every state-changing request made with the cookie needs the login's CSRF token in
   ``X-CSRF-Token`` and must not come from another site (``Origin``/``Sec-Fetch-Site``). Bearer
   requests need neither: no other site can make a browser send that header, since nothing
@@ -183,6 +184,15 @@ def is_cross_site(request: web.Request) -> bool:
     return urlsplit(origin).netloc.lower() != request.host.lower()
 
 
+def is_https(request: web.Request) -> bool:
+    """HTTPS here, or at a TLS reverse proxy on this machine that says so (the cookie is then
+    marked Secure, so it never travels over plain HTTP)."""
+    if request.secure:
+        return True
+    local_proxy = request.remote in ("127.0.0.1", "::1")
+    return local_proxy and request.headers.get("X-Forwarded-Proto", "").lower() == "https"
+
+
 def _is_public(request: web.Request) -> bool:
     return request.path in PUBLIC_PATHS or request.path.startswith("/static/")
 
@@ -280,7 +290,7 @@ def login_handler(guard: Guard) -> Handler:
             path="/",
             httponly=True,
             samesite="Strict",
-            secure=request.secure,
+            secure=is_https(request),
         )
         return resp
 

@@ -132,6 +132,14 @@ async def test_browser_login_cookie_needs_csrf_and_same_site(web_luna: Callable[
         assert (await browser.get("/api/me")).status_code == 401
         browser.cookies.clear()
         assert (await browser.get("/api/me")).status_code == 401
+        assert (
+            "Secure"
+            not in (await browser.post("/login", json={"token": TOKEN})).headers["set-cookie"]
+        )
+        behind_tls = await browser.post(
+            "/login", json={"token": TOKEN}, headers={"X-Forwarded-Proto": "https"}
+        )
+        assert "Secure" in behind_tls.headers["set-cookie"]  # a TLS proxy on this machine
 
 
 async def test_no_cors_and_strict_headers_everywhere(web_luna: Callable[..., Any]) -> None:
