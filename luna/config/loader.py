@@ -1,7 +1,8 @@
 """Load the configuration once: config.toml plus environment overrides, validated by the schema.
 
 Invariants:
-- This is the only module that reads ``os.environ`` for settings.
+- This is the only module that reads ``os.environ`` for settings (``NO_COLOR`` included: it
+  becomes ``Config.no_color``).
 - Secrets (``discord.token``, ``llm.api_key``, ``web.token``) come from the environment only; a
   config file that sets one is refused with a message saying which variable to set instead.
 - Relative paths resolve against the folder of the config file (or the current folder when
@@ -194,7 +195,10 @@ def build_config(
         raise ConfigError(f"config: {_describe(e.errors()[0], env_sources)}") from None
     sections = {name: _absolute_paths(getattr(cfg, name), base_dir) for name in SECTIONS}
     extra = tuple(env[name] for name in cfg.tools.secret_env if env.get(name))
-    return cfg.model_copy(update={**sections, "sources": sources, "extra_secrets": extra})
+    no_color = bool(env.get("NO_COLOR"))  # present and not empty, whatever its value
+    return cfg.model_copy(
+        update={**sections, "sources": sources, "extra_secrets": extra, "no_color": no_color}
+    )
 
 
 def _absolute_paths(section: Any, base_dir: Path) -> Any:
@@ -239,9 +243,7 @@ def mask_secret(value: str) -> str:
 
 def secret_values(cfg: Config) -> list[str]:
     """Secret strings that must never reach a log line, a tool or the model."""
-    return [
-        v for v in (cfg.llm.api_key, cfg.discord.token, cfg.web.token, *cfg.extra_secrets) if v
-    ]
+    return [v for v in (cfg.llm.api_key, cfg.discord.token, cfg.web.token, *cfg.extra_secrets) if v]
 
 
 def is_llm_endpoint_explicit(cfg: Config) -> bool:

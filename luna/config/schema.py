@@ -238,6 +238,8 @@ class Config(BaseModel):
     sources: dict[str, str] = Field(default_factory=dict)
     # Values of the environment variables named in tools.secret_env (never shown or logged).
     extra_secrets: tuple[str, ...] = Field(default=(), repr=False)
+    # NO_COLOR is set (https://no-color.org): front-ends print no colour codes.
+    no_color: bool = False
 
     @property
     def data_dir(self) -> Path:

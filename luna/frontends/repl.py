@@ -6,6 +6,11 @@ Invariants:
 - Ctrl-C cancels the running turn, not the program; Ctrl-D / EOF or ``/quit`` exits with 0.
 - Piped (non-tty) stdin: one line per message, replies printed, exit 0 at EOF.
 - The owner is at the keyboard: tools at level ``ask`` prompt y/N here (no answer = deny).
+- Everything printed goes through ``write`` or ``paint``, which neutralize control sequences
+  (``luna.frontends.terminal``): a reply cannot clear the screen, retitle the window or write
+  the clipboard. Colour only on a terminal, never with ``NO_COLOR``.
+- A line is taken as typed: undecodable bytes become U+FFFD (visibly), NUL is kept; nothing
+  the model sends (a lone surrogate included) can make printing fail.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from luna.frontends.terminal import Palette, neutralize
 from luna.messages import (
     InboundMessage,
     ReasoningDelta,
@@ -31,6 +37,7 @@ from luna.messages import (
     ToolStarted,
     TurnDone,
     TurnFailed,
+    clean_text,
 )
 
 HELP = """Commands:
@@ -56,6 +63,7 @@ def make(parts: Any, args: Any) -> Repl:
         session_id=getattr(args, "session", None),
         banner=parts.banner,
         deliveries=getattr(parts.scheduler, "router", None),
+        no_color=parts.cfg.no_color,
     )
 
 
@@ -82,6 +90,14 @@ def save_session_id(data_dir: Path, session_id: str) -> None:
     with contextlib.suppress(OSError):
         data_dir.mkdir(parents=True, exist_ok=True)
         _session_file(data_dir).write_text(session_id + "\n")
+
+
+def _tolerant(stream: TextIO, errors: str) -> None:
+    """Let ``stream`` pass what it cannot decode or encode instead of raising (``errors``)."""
+    reconfigure = getattr(stream, "reconfigure", None)
+    if reconfigure is not None:
+        with contextlib.suppress(ValueError, OSError):
+            reconfigure(errors=errors)
 
 
 def _settle(
@@ -191,12 +207,16 @@ class Repl:
         stdout: TextIO | None = None,
         banner: str = "",
         deliveries: Any = None,
+        no_color: bool = False,
     ) -> None:
         self.agent = agent
         self.memory = memory
         self.data_dir = data_dir
         self.out = stdout or sys.stdout
         stdin = stdin or sys.stdin
+        _tolerant(stdin, "surrogateescape")  # undecodable bytes reach clean_text, not a crash
+        _tolerant(self.out, "backslashreplace")  # a character the terminal lacks, shown escaped
+        self.palette = Palette.for_stream(self.out, no_color=no_color)
         self.interactive = stdin.isatty() and self.out.isatty()
         self.reader = LineReader(stdin, self.interactive, data_dir / "repl_history")
         self.session_id = load_session_id(data_dir, session_id)
@@ -206,7 +226,15 @@ class Repl:
         self.stopping = asyncio.Event()
 
     def write(self, text: str) -> None:
-        self.out.write(text)
+        """Print text from anywhere: control sequences are shown, never obeyed."""
+        self._emit(neutralize(text))
+
+    def paint(self, style: str, text: str) -> None:
+        """Print one of Luna's own lines (``tool``, ``status``, ``error``) in its colour."""
+        self._emit(self.palette.paint(style, text))
+
+    def _emit(self, safe: str) -> None:
+        self.out.write(safe)
         self.out.flush()
 
     name = "repl"
@@ -255,7 +283,7 @@ class Repl:
                 line = read.result()
                 if line is None:
                     break
-                line = line.strip()
+                line = clean_text(line).strip()
                 if not line:
                     continue
                 if line.startswith("/"):
@@ -298,7 +326,8 @@ class Repl:
         if typing is None:
             self.write(f"{text}\n")
         else:
-            self.write(f"\r\x1b[2K{text}\n{typing}")
+            self._emit("\r\x1b[2K")  # Luna's own redraw: clear the line being typed
+            self.write(f"{text}\n{typing}")
         return True
 
     def _stale_notice(self) -> None:
@@ -315,7 +344,9 @@ class Repl:
         if len(shown) > 300:
             shown = shown[:300] + "…"
         answer = await self.reader.read(
-            f"\nallow {tool} {shown}? [y/N] ", purpose="approval", on_stale=self._stale_notice
+            neutralize(f"\nallow {tool} {shown}? [y/N] "),
+            purpose="approval",
+            on_stale=self._stale_notice,
         )
         return (answer or "").strip().lower() in {"y", "yes"}
 
@@ -340,20 +371,25 @@ class Repl:
             elif isinstance(event, Status):
                 if event.kind == "progress" and not self.interactive:
                     continue  # a log of percentages helps nobody reading piped output
-                self.write(("" if at_line_start else "\n") + f"  [{event.text}]\n")
+                self.paint("status", ("" if at_line_start else "\n") + f"  [{event.text}]\n")
                 at_line_start = True
             elif isinstance(event, ToolStarted):
                 args = (
                     event.arguments if len(event.arguments) < 160 else event.arguments[:160] + "…"
                 )
-                self.write(("" if at_line_start else "\n") + f"  [tool] {event.name} {args}\n")
+                self.paint(
+                    "tool", ("" if at_line_start else "\n") + f"  [tool] {event.name} {args}\n"
+                )
                 at_line_start = True
             elif isinstance(event, ToolFinished):
                 status = "error" if event.is_error else "ok"
-                self.write(f"  [tool] {event.name} {status} ({event.duration_s:.1f}s)\n")
+                self.paint(
+                    "error" if event.is_error else "tool",
+                    f"  [tool] {event.name} {status} ({event.duration_s:.1f}s)\n",
+                )
                 at_line_start = True
             elif isinstance(event, TurnFailed):
-                self.write(("" if at_line_start else "\n") + f"error: {event.message}\n")
+                self.paint("error", ("" if at_line_start else "\n") + f"error: {event.message}\n")
                 at_line_start = True
             elif isinstance(event, TurnDone):
                 if not at_line_start:

@@ -28,6 +28,7 @@ from typing import Any
 
 from luna.memory import db
 from luna.memory.store import now_iso
+from luna.messages import clean_value
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,8 @@ SCHEMA = [
 
 
 def _canonical(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    # clean_value: a lone surrogate in a reply cannot be stored as UTF-8 (as in the session log)
+    return json.dumps(clean_value(value), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
 def _digest(text: str) -> str:
@@ -152,6 +154,18 @@ class RequestLog:
                 conn.execute("COMMIT")
         except (db.Error, OSError, TypeError, ValueError) as e:
             log.warning("request log: could not record a request: %s", e)
+            self._abandon()
+
+    def _abandon(self) -> None:
+        """Roll back a failed record, so it cannot keep every later one from being written."""
+        with self._lock:
+            conn = self._conn
+            if conn is not None and conn.in_transaction:
+                try:
+                    conn.execute("ROLLBACK")
+                except db.Error:
+                    self._conn = None
+                    conn.close()
 
     def _part(self, conn: db.Connection, key: str | None) -> Any:
         if key is None:
