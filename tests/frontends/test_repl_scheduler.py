@@ -47,9 +47,13 @@ class Terminal:
         os.write(self.master, keys)
 
     def close(self) -> int:
-        self.type(b"\x04")  # Ctrl-D
+        """Ctrl-D on an empty line; a REPL that does not exit is killed (exit code -9)."""
+        self.type(b"\x15\x04")  # Ctrl-U clears the line, Ctrl-D ends the REPL
         try:
-            return self.proc.wait(timeout=90)
+            return self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(timeout=30)
         finally:
             self._reader.join(timeout=10)
             os.close(self.master)
@@ -72,6 +76,7 @@ def test_repl_scheduled_result_is_printed_above_the_line_being_typed(
         assert after[0].endswith(b"\r\x1b[2K")  # printed on a cleared line, not inside it
         term.type(b"ne\r")
         wait_for(lambda: b"Noted, half a line it is." in term.screen, "the answer")
+        wait_for(lambda: term.screen.endswith(b"you> "), "the next prompt")  # then Ctrl-D
         (request,) = llm_server.requests
         user = [m for m in request["messages"] if m["role"] == "user"][-1]["content"]
         assert user.startswith("half a line\n\n<context>")  # the line was sent whole
