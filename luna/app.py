@@ -24,6 +24,7 @@ from luna import frontends, observe
 from luna.config import Config, is_llm_endpoint_explicit, secret_values
 from luna.frontends import Components, Frontend
 from luna.llm import LLMClient
+from luna.llm.router import LLMRouter
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +48,9 @@ async def _with_deadline(step: Callable[[], Awaitable[None]], seconds: float, na
 
 async def _pick_llm(
     cfg: Config, args: argparse.Namespace, stack: contextlib.AsyncExitStack
-) -> tuple[LLMClient, str, bool]:
-    """The configured endpoint, or — only when none was chosen and nothing answers on the
-    default one — the embedded demo model. Returns (client, banner, is_embedded)."""
+) -> tuple[LLMRouter, str, bool]:
+    """The configured servers, or — only when none was chosen and nothing answers on the
+    default endpoint — the embedded demo model. Returns (router, banner, is_embedded)."""
     from luna.llm.embedded import EmbeddedModel, endpoint_alive
 
     llm_cfg = cfg.llm
@@ -68,9 +69,9 @@ async def _pick_llm(
         llm_cfg = model.llm_config(cfg.llm)  # also caps max_tokens: a base model babbles
         banner = EMBEDDED_BANNER.format(endpoint=cfg.llm.endpoint)
         embedded = True
-    llm = LLMClient(llm_cfg)
-    stack.push_async_callback(_with_deadline, llm.close, 5.0, "LLM client")
-    return llm, banner, embedded
+    router = LLMRouter.single(LLMClient(llm_cfg)) if embedded else LLMRouter.from_config(llm_cfg)
+    stack.push_async_callback(_with_deadline, router.close, 5.0, "LLM clients")
+    return router, banner, embedded
 
 
 async def build_components(
@@ -94,7 +95,8 @@ async def build_components(
             "warning: sqlite-vec did not load; memory search is keyword-only (see `luna doctor`)",
             file=sys.stderr,
         )
-    llm, banner, embedded = await _pick_llm(cfg, args, stack)
+    router, banner, embedded = await _pick_llm(cfg, args, stack)
+    llm = router.view("chat")
     registry = await asyncio.to_thread(build_registry, cfg, probe=True)
     if not registry.sandbox.ok:  # fails closed either way; say so now, not at the first bash
         print(
@@ -104,12 +106,22 @@ async def build_components(
     mcp = MCPManager(cfg, registry)
     stack.push_async_callback(_with_deadline, mcp.stop, 30.0, "MCP servers")
     await mcp.start()
-    librarian = Librarian(memory, llm, cfg) if cfg.memory.librarian else None
+    background = router.view("background")
+    librarian = Librarian(memory, background, cfg) if cfg.memory.librarian else None
     if librarian is not None:
         stack.push_async_callback(_with_deadline, librarian.aclose, 15.0, "librarian")
     requests = RequestLog.beside(cfg.memory.db_path)
     stack.callback(requests.close)
-    agent = Agent(cfg, llm, memory, registry, librarian, requests)
+    agent = Agent(
+        cfg,
+        llm,
+        memory,
+        registry,
+        librarian,
+        requests,
+        background_llm=background,
+        subagent_llm=router.view("subagent"),
+    )
     if embedded:
         agent.tools_enabled = False  # the demo model cannot call tools
     scheduler = None

@@ -51,6 +51,7 @@ class RealLlama:
         ctx: int = 8192,
         slots: int = 1,
         extra: tuple[str, ...] = (),
+        cache_ram: int = 0,
     ) -> None:
         binary = default_binary()
         if not binary.exists():
@@ -66,7 +67,7 @@ class RealLlama:
             *("--model", str(model), "--alias", ALIAS, "--host", "127.0.0.1"),
             *("--port", str(self.port), "-c", str(ctx), "-np", str(slots)),
             *("--jinja", "--chat-template-file", str(self.template)),
-            *("--reasoning-format", "deepseek", "--swa-full", "--cache-ram", "0"),
+            *("--reasoning-format", "deepseek", "--swa-full", "--cache-ram", str(cache_ram)),
             *("--cache-reuse", "0", "-t", "2", *extra),
         ]
         self.proc: subprocess.Popen[bytes] | None = None
@@ -143,9 +144,13 @@ class RealLlama:
         r.raise_for_status()
         return r.json()["tokens"]
 
-    def complete(self, prompt: str) -> dict[str, Any]:
-        """Evaluate ``prompt`` into the slot's cache; returns the server's timings."""
-        r = self.post("/completion", {"prompt": prompt, "n_predict": 0, "cache_prompt": True})
+    def complete(self, prompt: str, slot: int | None = None) -> dict[str, Any]:
+        """Evaluate ``prompt`` into a slot's cache (``slot``, or the one the server picks);
+        returns the server's timings."""
+        body: dict[str, Any] = {"prompt": prompt, "n_predict": 0, "cache_prompt": True}
+        if slot is not None:
+            body["id_slot"] = slot
+        r = self.post("/completion", body)
         r.raise_for_status()
         return r.json()["timings"]
 

@@ -76,21 +76,29 @@ class ContextFit:
         tools: list[dict[str, Any]] | None,
         target: int,
     ) -> Trimmed | None:
-        """The request made to fit ``target`` tokens, or None when even that cannot."""
+        """The request made to fit ``target`` tokens, or None when even that cannot.
+
+        Linear in the request: each message is measured once, old turns are dropped by a
+        running sum (a 10,000-message history is trimmed in one pass, not one pass per turn).
+        """
         out = [dict(m) for m in messages]
         shrunk = sum(_shrink_result(m) for m in out if m.get("role") == "tool")
-        dropped = 0
-        while self.estimate(out, tools) > target:
-            start = turn_start(out)
-            first = 1 if out and out[0].get("role") == "system" else 0
-            if start <= first:
-                break  # only the current turn is left
-            end = next(
-                (i for i in range(first + 1, start + 1) if out[i].get("role") == "user"), start
-            )
-            dropped += end - first
-            del out[first:end]
-        if dropped and out and out[0].get("role") == "system":
+        budget = int(target * self.chars_per_token) - len(json.dumps(tools or [])) - 2
+        sizes = [_chars(m) for m in out]
+        first = 1 if out and out[0].get("role") == "system" else 0
+        newest = turn_start(out)
+        total = sum(sizes)
+        cut = first  # messages [first, cut) are left out: whole turns, oldest first
+        if total > budget:
+            starts = [i for i in range(first + 1, newest + 1) if out[i].get("role") == "user"]
+            for start in starts:
+                total -= sum(sizes[cut:start])
+                cut = start
+                if total <= budget:
+                    break
+        dropped = cut - first
+        if dropped:
+            del out[first:cut]
             out[0] = {**out[0], "content": f"{out[0]['content']}\n\n{LEFT_OUT_NOTE}"}
         if self.estimate(out, tools) > target:
             for m in out[turn_start(out) :]:
@@ -99,6 +107,10 @@ class ContextFit:
         if self.estimate(out, tools) > target:
             return None
         return Trimmed(out, dropped, shrunk)
+
+
+def _chars(message: dict[str, Any]) -> int:
+    return len(json.dumps(message, ensure_ascii=False)) + 2  # ", " between list items
 
 
 def _shrink_result(message: dict[str, Any], head: int = HEAD_CHARS) -> int:

@@ -40,7 +40,6 @@ from luna.agent.subagent import WRAP_UP_NOTE, TurnBudget, run_subagent
 from luna.config import Config
 from luna.config.timezone import zone_for
 from luna.errors import LLMError, LunaError
-from luna.llm import LLMClient
 from luna.llm.client import RequestRecorder
 from luna.llm.stream import Progress
 from luna.memory import format_recall
@@ -81,14 +80,20 @@ class Agent:
     def __init__(
         self,
         cfg: Config,
-        llm: LLMClient,
+        llm: Any,
         memory: Any,
         registry: Any,
         librarian: Any | None = None,
         requests: RequestLog | None = None,
+        *,
+        background_llm: Any | None = None,
+        subagent_llm: Any | None = None,
     ) -> None:
         self.cfg = cfg
-        self.llm = llm
+        self.llm = llm  # the chat role: the main loop
+        # Other roles may be other servers (llm.servers); by default the same one.
+        self.background_llm = background_llm or llm  # tools' own model calls (extraction)
+        self.subagent_llm = subagent_llm or llm
         self.memory = memory
         self.registry = registry
         self.librarian = librarian
@@ -234,7 +239,7 @@ class Agent:
         if guest:  # no tool rights, but the tools meant for everyone (plain reminders)
             tools, allowed = self.registry.specs(names=guest), frozenset(guest)
         ctx = self._tool_context(msg, budget, depth=0, allowed=allowed)
-        call = ModelCall(self.llm, self.fit, self._refused_in(msg.session_id))
+        call = ModelCall(self.llm, self.fit, self._refused_in(msg.session_id), msg.session_id)
         messages = call.leave_out_refused(messages)
         keep_reasoning = self.cfg.llm.history_reasoning != "drop"
 
@@ -315,6 +320,7 @@ class Agent:
             on_status=on_status,
             on_progress=on_progress,
             record=self._recorder(session_id),
+            lane=session_id,
         )
 
     def _recorder(self, session_id: str) -> RequestRecorder | None:
@@ -362,7 +368,7 @@ class Agent:
         async def spawn(task: str, tool_names: list[str] | None, workdir: Path | None) -> str:
             sub_ctx = self._tool_context(msg, budget, depth=1, workdir=workdir)
             return await run_subagent(
-                llm=self.llm,
+                llm=self.subagent_llm,
                 registry=self.registry,
                 task=task,
                 tool_names=tool_names,
@@ -376,7 +382,7 @@ class Agent:
             frontend=msg.frontend,
             user_request=msg.text,
             approver=msg.approver,
-            llm=self.llm,
+            llm=self.background_llm,
             run_subagent=spawn if depth == 0 and allowed is None else None,
             depth=depth,
             workdir=workdir,

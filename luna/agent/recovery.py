@@ -82,8 +82,11 @@ async def find_rejected(
 class ModelCall:
     """Calls the model for one turn, fitting and repairing the request as described above."""
 
-    def __init__(self, llm: LLMClient, fit: ContextFit, excluded: set[str]) -> None:
+    def __init__(
+        self, llm: LLMClient, fit: ContextFit, excluded: set[str], lane: str | None = None
+    ) -> None:
         self.llm = llm
+        self.lane = lane  # the session: its server's context counts
         self.fit = fit
         self.excluded = excluded  # digests of messages this session's server refused
         self.overflowed = False  # a request of this turn had to be trimmed to fit
@@ -101,7 +104,7 @@ class ModelCall:
         send: Callable[[list[dict[str, Any]]], Awaitable[LLMResponse]],
     ) -> tuple[LLMResponse, list[dict[str, Any]]]:
         """(response, the messages actually sent); later rounds build on the latter."""
-        info = await self.llm.server_info()
+        info = await self.llm.server_info(lane=self.lane)
         self.context_tokens = info.n_ctx if info else None
         limit = self.fit.limit(self.context_tokens)
         messages = self._fitted(messages, tools, limit, reason="estimate")

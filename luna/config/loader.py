@@ -180,6 +180,7 @@ def build_config(
                     "environment (or the systemd EnvironmentFile) instead of config.toml"
                 )
             sources[dotted] = "file"
+    _refuse_server_keys(values.get("llm"))
     env_sources: dict[str, str] = {}
     for var, dotted in ENV_OVERRIDES.items():
         if env.get(var):
@@ -194,11 +195,33 @@ def build_config(
     except ValidationError as e:
         raise ConfigError(f"config: {_describe(e.errors()[0], env_sources)}") from None
     sections = {name: _absolute_paths(getattr(cfg, name), base_dir) for name in SECTIONS}
+    sections["llm"] = _server_keys(sections["llm"], env)
     extra = tuple(env[name] for name in cfg.tools.secret_env if env.get(name))
+    extra += tuple(s.api_key for s in sections["llm"].servers if s.api_key)
     no_color = bool(env.get("NO_COLOR"))  # present and not empty, whatever its value
     return cfg.model_copy(
         update={**sections, "sources": sources, "extra_secrets": extra, "no_color": no_color}
     )
+
+
+def _refuse_server_keys(llm: Any) -> None:
+    for i, server in enumerate((llm or {}).get("servers") or [] if isinstance(llm, dict) else []):
+        if isinstance(server, dict) and "api_key" in server:
+            raise ConfigError(
+                f"config: llm.servers[{i}].api_key is a secret; put the key in an environment "
+                "variable and name it with api_key_env"
+            )
+
+
+def _server_keys(llm: Any, env: dict[str, str]) -> Any:
+    """Each ``[[llm.servers]]`` entry's key, read from the variable its ``api_key_env`` names."""
+    if not llm.servers:
+        return llm
+    servers = [
+        s.model_copy(update={"api_key": env.get(s.api_key_env, "")}) if s.api_key_env else s
+        for s in llm.servers
+    ]
+    return llm.model_copy(update={"servers": servers})
 
 
 def _absolute_paths(section: Any, base_dir: Path) -> Any:
@@ -247,5 +270,5 @@ def secret_values(cfg: Config) -> list[str]:
 
 
 def is_llm_endpoint_explicit(cfg: Config) -> bool:
-    """True when the user chose the endpoint (file or env): never silently replace it."""
-    return "llm.endpoint" in cfg.sources
+    """True when the user chose a server (file or env): never silently replace it."""
+    return "llm.endpoint" in cfg.sources or bool(cfg.llm.servers)

@@ -55,6 +55,28 @@ class Section(BaseModel):
         return value
 
 
+Role = Literal["chat", "background", "subagent"]
+ROLES: tuple[Role, ...] = ("chat", "background", "subagent")
+
+
+class ServerConfig(Section):
+    """One model server of ``[[llm.servers]]``."""
+
+    name: Annotated[str, Field(min_length=1, max_length=40, pattern=r"^[A-Za-z0-9_.-]+$")]
+    endpoint: str
+    model: str = ""  # empty: llm.model
+    api_key_env: str = ""  # the environment variable holding its key (empty: no key)
+    api_key: str = Field("", repr=False)  # secret: filled from api_key_env by the loader
+    roles: list[Role] = Field(default_factory=lambda: ["chat"])
+
+    @field_validator("endpoint")
+    @classmethod
+    def _http(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value
+
+
 class LLMConfig(Section):
     endpoint: str = DEFAULT_ENDPOINT
     model: NonEmpty = DEFAULT_MODEL
@@ -68,6 +90,18 @@ class LLMConfig(Section):
     max_tokens: Annotated[int, Field(ge=1, le=1_000_000)] = 4096
     context_tokens: Annotated[int, Field(ge=256, le=10_000_000)] = 131072
     history_reasoning: Literal["keep", "turn", "drop"] = "keep"
+    pin_slots: bool = True
+    # Several servers, each with its roles; empty: the one at `endpoint` does everything.
+    servers: list[ServerConfig] = Field(default_factory=list)
+    # Seconds a server that failed is left out before it is tried again (doubling up to 60x).
+    failover_backoff: Annotated[float, Field(ge=1, le=3600)] = 5.0
+
+    @model_validator(mode="after")
+    def _unique_servers(self) -> LLMConfig:
+        names = [s.name for s in self.servers]
+        if len(names) != len(set(names)):
+            raise ValueError("llm.servers names must be unique")
+        return self
     embedded_fallback: bool = True
     embedded_port: Annotated[int, Field(ge=0, le=65535)] = 8011
 
@@ -121,6 +155,12 @@ class ToolsConfig(Section):
     network: bool = False
     bash_timeout: Annotated[float, Field(ge=1, le=DAY)] = 30.0
     bash_max_timeout: Annotated[float, Field(ge=1, le=DAY)] = 120.0
+    # What one bash command may use (luna.tools.limits says who enforces each).
+    bash_tmp_mb: Annotated[int, Field(ge=1, le=1_000_000)] = 256
+    bash_file_max_mb: Annotated[int, Field(ge=1, le=10_000_000)] = 256
+    workspace_quota_mb: Annotated[int, Field(ge=1, le=100_000_000)] = 1024
+    bash_max_processes: Annotated[int, Field(ge=8, le=100_000)] = 256
+    bash_memory_mb: Annotated[int, Field(ge=64, le=10_000_000)] = 2048
     output_cap_bytes: Annotated[int, Field(ge=1024, le=1_000_000_000)] = 50_000
     passthrough_bytes: Annotated[int, Field(ge=1000, le=10_000_000)] = 10_000
     outputs_dir: Path = Path("data/tool_outputs")

@@ -38,6 +38,7 @@ import openai
 from luna.config import LLMConfig
 from luna.errors import LLMContextOverflowError, LLMError, LLMRejectedError, LLMUnreachableError
 from luna.llm.markup import StreamFilter, clean_reply
+from luna.llm.slots import SlotPlan
 from luna.llm.stream import Progress, StreamAccumulator, reasoning_of, usage_of
 from luna.llm.transport import Utf8RepairingTransport
 from luna.llm.wire import normalize_messages
@@ -179,14 +180,19 @@ class LLMClient:
         )
         self._info: ServerInfo | None = None
         self._info_checked = False
+        self._slots: SlotPlan | None = None
 
     async def close(self) -> None:
         await self._client.close()
         await self._http.aclose()
 
     # -- server facts (llama-server only)
-    async def server_info(self, *, refresh: bool = False) -> ServerInfo | None:
-        """llama-server's ``/props`` facts, fetched once; None for other servers or when down."""
+    async def server_info(
+        self, *, refresh: bool = False, lane: str | None = None
+    ) -> ServerInfo | None:
+        """llama-server's ``/props`` facts, fetched once; None for other servers or when down.
+
+        (``lane`` matters only to the router, which shares this interface.)"""
         if self._info_checked and not refresh:
             return self._info
         headers = {"Authorization": f"Bearer {self.cfg.api_key}"} if self.cfg.api_key else {}
@@ -240,10 +246,11 @@ class LLMClient:
         tool_choice: str | None = None,
         on_status: TextCallback | None = None,
         record: RequestRecorder | None = None,
+        lane: str | None = None,
     ) -> LLMResponse:
-        """One non-streaming completion."""
+        """One non-streaming completion (``lane``: the session it serves; None = background)."""
         params = await self._params(
-            messages, tools, temperature, max_tokens, response_format, tool_choice
+            messages, tools, temperature, max_tokens, response_format, tool_choice, lane
         )
         start = time.perf_counter()
         try:
@@ -299,10 +306,15 @@ class LLMClient:
         response_format: dict[str, Any] | None = None,
         tool_choice: str | None = None,
         record: RequestRecorder | None = None,
+        lane: str | None = None,
     ) -> LLMResponse:
-        """A streaming completion; text, reasoning and prompt progress go to the callbacks."""
+        """A streaming completion; text, reasoning and prompt progress go to the callbacks.
+
+        ``lane`` names the session the request serves (its server slot is kept for it);
+        None means background work.
+        """
         params = await self._params(
-            messages, tools, temperature, max_tokens, response_format, tool_choice
+            messages, tools, temperature, max_tokens, response_format, tool_choice, lane
         )
         params["stream"] = True
         params["stream_options"] = {"include_usage": True}
@@ -391,13 +403,18 @@ class LLMClient:
             await stream.close()
 
     # -- internals
-    async def _extra_body(self) -> dict[str, Any]:
+    async def _extra_body(self, lane: str | None = None) -> dict[str, Any]:
         """llama-server-only request fields (other servers may refuse unknown ones)."""
         info = await self.server_info()
         if info is None:
             return {}
         keep = self.cfg.history_reasoning == "keep"
-        return {"chat_template_kwargs": {"preserve_reasoning": keep}}
+        extra: dict[str, Any] = {"chat_template_kwargs": {"preserve_reasoning": keep}}
+        if self.cfg.pin_slots and info.total_slots and info.total_slots >= 2:
+            if self._slots is None or self._slots.total != info.total_slots:
+                self._slots = SlotPlan(info.total_slots)
+            extra["id_slot"] = self._slots.slot(lane)
+        return extra
 
     async def _params(
         self,
@@ -407,6 +424,7 @@ class LLMClient:
         max_tokens: int | None,
         response_format: dict[str, Any] | None,
         tool_choice: str | None,
+        lane: str | None = None,
     ) -> dict[str, Any]:
         params: dict[str, Any] = {
             "model": self.model,
@@ -420,7 +438,7 @@ class LLMClient:
                 params["tool_choice"] = tool_choice
         if response_format is not None:
             params["response_format"] = response_format
-        extra = await self._extra_body()
+        extra = await self._extra_body(lane)
         if extra:
             params["extra_body"] = extra
         return params

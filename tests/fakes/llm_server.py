@@ -99,6 +99,7 @@ class FakeLLMServer:
         self.n_ctx = n_ctx
         self.has_props = props
         self.preserves_reasoning = True
+        self.total_slots = 1
         self.default: ReplySource = Reply(content="ok")
         # Text that makes the server refuse any request (and render) carrying it, with HTTP
         # 500: a stand-in for a history the server's template cannot take.
@@ -342,7 +343,7 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
                     200,
                     {
                         "default_generation_settings": {"n_ctx": server.n_ctx},
-                        "total_slots": 1,
+                        "total_slots": server.total_slots,
                         "model_path": f"/models/{server.model}.gguf",
                         # as llama-server reports Luna's template (the stock one says False)
                         "chat_template_caps": {

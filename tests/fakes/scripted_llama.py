@@ -105,11 +105,12 @@ def on_real_server(
     def answer(body: dict[str, Any]) -> Reply:
         kwargs = {k: body[k] for k in ("chat_template_kwargs",) if k in body}
         messages, tools = body["messages"], body.get("tools")
+        slot = body.get("id_slot")  # a client that pins its sessions to slots
         with recorder.lock:
             prompt = real.render(messages, tools, **kwargs)
-            timings = real.complete(prompt)
+            timings = real.complete(prompt, slot)
             output = model_output(real, messages, tools, reply, kwargs)
-            real.complete(prompt + output)
+            real.complete(prompt + output, slot)
             step = Step(
                 prompt=prompt,
                 held_before=recorder.held,
