@@ -6,10 +6,15 @@ it. In a child process at a lower CPU priority (nice 10) it shares no GIL with t
 kernel lets the loop run first.
 
 Invariants:
-- One worker process per (model, dim), shared by every Memory in this process and started on
-  first use (spawn: no forked event-loop state).
-- A worker that dies is reported as MemoryStoreError (Memory then runs keyword-only and says
-  so); the next call starts a fresh worker.
+- One worker process per (model, dim, backend), shared by every Memory in this process and
+  started on first use (spawn: no forked event-loop state). :meth:`EmbeddingProcess.load` is how
+  Memory warms it in the background; ``is_ready`` is True once a call has come back, and only
+  then does a turn's recall ask it for a query vector (before that, recall is keyword-only and
+  never waits: see ``luna.memory``).
+- With the model's export in the cache, the worker imports neither torch nor
+  sentence-transformers (it reports ``torch_loaded`` in its :class:`LoadInfo`).
+- A worker that dies is reported as :class:`WorkerDiedError` (a MemoryStoreError); the next call
+  starts a fresh worker, and Memory restarts it in the background (keyword-only meanwhile).
 - The worker exits by itself within a second when Luna's process is gone (even on kill -9).
 - Vectors come back exactly as :class:`Embedder` makes them (float32, unit length, ``dim``).
 """
@@ -21,12 +26,14 @@ import multiprocessing
 import os
 import threading
 import time
+import weakref
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 from typing import Any
 
 from luna.errors import MemoryStoreError
-from luna.memory.embeddings import DEFAULT_BACKEND, Embedder, PerModel
+from luna.memory.embeddings import DEFAULT_BACKEND, Embedder, LoadInfo, PerModel
 
 WORKER_NICE = 10
 PARENT_CHECK_S = 0.5
@@ -35,29 +42,35 @@ SHUTDOWN_TIMEOUT = 10.0
 _worker_embedder: Embedder | None = None
 
 
-def _exit_with_parent(parent_pid: int) -> None:
-    """A worker must not outlive Luna, even after ``kill -9``: it would hold the model's RAM."""
+class WorkerDiedError(MemoryStoreError):
+    """The embedding process died (killed, out of memory); a new one can be started."""
+
+
+def exit_with_parent(parent_pid: int) -> None:
+    """Exit once ``parent_pid`` is gone (run in a daemon thread): a worker must not outlive
+    Luna, even after ``kill -9``, or it would hold the model's RAM."""
     while True:
         time.sleep(PARENT_CHECK_S)
         if os.getppid() != parent_pid:
             os._exit(0)
 
 
-def _init_worker(model_name: str, dim: int, backend: str, parent_pid: int) -> None:
+def _init_worker(
+    model_name: str, dim: int, backend: str, cache_dir: Path | None, parent_pid: int
+) -> None:
     global _worker_embedder
-    threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True).start()
+    threading.Thread(target=exit_with_parent, args=(parent_pid,), daemon=True).start()
     try:
         os.nice(WORKER_NICE)
     except OSError:  # pragma: no cover - not allowed here: run at normal priority
         pass
-    _worker_embedder = Embedder(model_name, dim, backend)
+    _worker_embedder = Embedder(model_name, dim, backend, cache_dir)
 
 
-def _load() -> bool:
+def _load() -> LoadInfo:
     if _worker_embedder is None:  # pragma: no cover - initializer always ran
         raise MemoryStoreError("embedding worker was not initialized")
-    _worker_embedder.load()
-    return True
+    return _worker_embedder.load()
 
 
 def _encode(texts: list[str], is_query: bool) -> Any:
@@ -70,16 +83,36 @@ class EmbeddingProcess:
     """An :class:`Embedder` living in a child process; async API."""
 
     @classmethod
-    def shared(cls, model_name: str, dim: int, backend: str = DEFAULT_BACKEND) -> EmbeddingProcess:
+    def shared(
+        cls,
+        model_name: str,
+        dim: int,
+        backend: str = DEFAULT_BACKEND,
+        cache_dir: Path | None = None,
+    ) -> EmbeddingProcess:
         """The process-wide worker for a model (one child process per model)."""
-        return _WORKERS.get(model_name, dim, backend)
+        return _WORKERS.get(model_name, dim, backend, cache_dir)
 
-    def __init__(self, model_name: str, dim: int, backend: str = DEFAULT_BACKEND) -> None:
+    def __init__(
+        self,
+        model_name: str,
+        dim: int,
+        backend: str = DEFAULT_BACKEND,
+        cache_dir: Path | None = None,
+    ) -> None:
         self.model_name = model_name
         self.dim = dim
         self.backend = backend
+        self.cache_dir = cache_dir
+        self.info: LoadInfo | None = None  # set when the model has loaded in the worker
         self._pool: ProcessPoolExecutor | None = None
+        self._started: weakref.WeakSet[ProcessPoolExecutor] = weakref.WeakSet()
         self._lock = threading.Lock()
+
+    @property
+    def is_ready(self) -> bool:
+        """True when the worker runs with its model loaded: a call now costs only the encode."""
+        return self.info is not None and self._pool is not None
 
     def _executor(self) -> ProcessPoolExecutor:
         with self._lock:
@@ -88,18 +121,28 @@ class EmbeddingProcess:
                     max_workers=1,
                     mp_context=multiprocessing.get_context("spawn"),
                     initializer=_init_worker,
-                    initargs=(self.model_name, self.dim, self.backend, os.getpid()),
+                    initargs=(
+                        self.model_name,
+                        self.dim,
+                        self.backend,
+                        self.cache_dir,
+                        os.getpid(),
+                    ),
                 )
             return self._pool
 
     async def _call(self, fn: Any, *args: Any) -> Any:
-        loop = asyncio.get_running_loop()
         pool = self._executor()
         try:
-            return await loop.run_in_executor(pool, fn, *args)
+            if pool in self._started:
+                future = pool.submit(fn, *args)
+            else:  # the first submit starts the process (fork + exec): not on the event loop
+                future = await asyncio.to_thread(pool.submit, fn, *args)
+                self._started.add(pool)
+            return await asyncio.wrap_future(future)
         except BrokenProcessPool as exc:
             self._discard(pool)
-            raise MemoryStoreError("the embedding worker process died") from exc
+            raise WorkerDiedError("the embedding worker process died") from exc
 
     def _discard(self, broken: ProcessPoolExecutor) -> None:
         """Drop the pool that broke, never a fresh one another call already started."""
@@ -107,18 +150,26 @@ class EmbeddingProcess:
             if self._pool is not broken:
                 return
             self._pool = None
+            self.info = None
         broken.shutdown(wait=False, cancel_futures=True)
 
-    async def load(self) -> None:
-        await self._call(_load)
+    async def load(self) -> LoadInfo:
+        """Start the worker if needed and load its model; how it loaded."""
+        info: LoadInfo = await self._call(_load)
+        self.info = info
+        return info
 
     async def encode(self, texts: list[str], *, is_query: bool = False) -> Any:
-        return await self._call(_encode, texts, is_query)
+        vecs = await self._call(_encode, texts, is_query)
+        if self.info is None:  # loaded by this first call: learn how (a cheap second call)
+            self.info = await self._call(_load)
+        return vecs
 
     def shutdown(self, *, wait: bool = False, timeout: float = SHUTDOWN_TIMEOUT) -> None:
         """Stop the worker; with ``wait``, give it ``timeout`` seconds, then terminate it."""
         with self._lock:
             pool, self._pool = self._pool, None
+            self.info = None
         if pool is None:
             return
         workers = list((pool._processes or {}).values())  # noqa: SLF001 - to bound the wait

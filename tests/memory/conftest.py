@@ -2,7 +2,10 @@
 
 Invariants:
 - The embedding model is loaded once (session scope) and shared by every ``Memory`` a test
-  opens, because loading it takes seconds.
+  opens, because loading it takes seconds; the ``memory`` fixture waits until it is ready, so
+  its recall is hybrid from the first call.
+- ``model_cache`` is one real export of the packaged model (the exporter child process), made
+  once per session in a session folder.
 - Every database lives under the test's ``tmp_path``.
 """
 
@@ -15,12 +18,24 @@ import pytest
 
 from luna.config import MemoryConfig
 from luna.memory import Memory
+from luna.memory import model_cache as cache
 from luna.memory.embeddings import Embedder
+
+MODEL = "all-MiniLM-L6-v2"
 
 
 @pytest.fixture(scope="session")
-def embedder() -> Embedder:
-    emb = Embedder.shared("all-MiniLM-L6-v2", 384)
+def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model cache folder holding the packaged model's checked ONNX export."""
+    folder = tmp_path_factory.mktemp("models")
+    outcome = cache.run_export(folder, MODEL, 384)
+    assert outcome.ok, outcome.detail
+    return folder
+
+
+@pytest.fixture(scope="session")
+def embedder(model_cache: Path) -> Embedder:
+    emb = Embedder.shared(MODEL, 384, cache_dir=model_cache)
     emb.load()
     return emb
 
@@ -40,6 +55,7 @@ async def memory(
     mem = Memory(memory_config())
     mem.embedder = embedder
     await mem.open()
+    await mem.warmup()
     try:
         yield mem
     finally:
