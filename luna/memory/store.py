@@ -14,6 +14,12 @@ Invariants:
   refused with a message that says to run ``luna memory reindex``.
 - All access goes through one connection guarded by a lock; callers run these blocking methods
   in a worker thread (``asyncio.to_thread``).
+- Durability: every commit survives ``kill -9`` (see :mod:`luna.memory.db`). A
+  ``transaction(durable=True)`` (the default) also survives power loss once it returns: it
+  commits with ``synchronous=FULL``, one fsync of the WAL, which also covers every commit before
+  it. ``durable=False`` skips that fsync; it is for rows that are derived or intermediate (a
+  turn's context, tool calls and results, vectors) and made durable by the next durable commit
+  or :meth:`Store.sync`. ``has_unsynced`` says whether any such commit is still waiting.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -54,6 +61,9 @@ class Store:
         self.vector_enabled = self.conn.vector_enabled
         self.vector_error = self.conn.vector_error
         self.dim: int | None = None
+        self.has_unsynced = False  # a durable=False commit has not been fsynced yet
+        self.vocab_ready = False  # luna.memory.vocab's scratch tables exist on this connection
+        self._doc_count: int | None = None  # docs rows, counted once then kept in step
         self._speakers: dict[str, list[str]] = {}
         self._ram_index: dict[str, VectorIndex | None] = {}
 
@@ -62,17 +72,46 @@ class Store:
             self.conn.close()
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[db.Connection]:
-        """``BEGIN IMMEDIATE`` … ``COMMIT`` (durable on exit) or ``ROLLBACK`` on error."""
+    def transaction(self, *, durable: bool = True) -> Iterator[db.Connection]:
+        """``BEGIN IMMEDIATE`` … ``COMMIT`` or ``ROLLBACK`` on error.
+
+        ``durable``: the commit fsyncs the WAL (survives power loss, and makes every earlier
+        commit survive it too); otherwise it survives ``kill -9`` only, until the next sync.
+        """
         with self.lock:
-            self.conn.execute("BEGIN IMMEDIATE")
+            if durable:  # the level may only change outside a transaction
+                self.conn.execute("PRAGMA synchronous = FULL")
             try:
-                yield self.conn
-            except BaseException:
-                self.conn.execute("ROLLBACK")
-                self._ram_index.clear()  # it may hold writes that were just undone
-                raise
-            self.conn.execute("COMMIT")
+                self.conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self.conn
+                except BaseException:
+                    self.conn.execute("ROLLBACK")
+                    self._ram_index.clear()  # it may hold writes that were just undone
+                    self._doc_count = None
+                    raise
+                self.conn.execute("COMMIT")
+            finally:
+                if durable:
+                    self.conn.execute("PRAGMA synchronous = NORMAL")
+            self.has_unsynced = not durable
+
+    def sync(self) -> bool:
+        """Make every commit so far survive power loss (one fsync of the WAL); False when
+        there was nothing to do. Runs beside other work: it does not hold the lock."""
+        with self.lock:
+            if not self.has_unsynced:
+                return False
+            self.has_unsynced = False
+        try:
+            fd = os.open(f"{self.path}-wal", os.O_RDONLY)
+        except FileNotFoundError:  # checkpointed and removed: the database file holds it all
+            return False
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return True
 
     def query(self, sql: str, params: tuple | list | dict = ()) -> list[tuple]:
         with self.lock:
@@ -196,6 +235,8 @@ class Store:
             (kind, ref_id, scope, created_at, thread, speaker),
         )
         doc_id = int(cur.lastrowid)
+        if self._doc_count is not None:
+            self._doc_count += 1
         ctx = ""
         if thread is not None:
             prev = self._thread_before(conn, thread, kind, doc_id)
@@ -236,7 +277,17 @@ class Store:
                 if index is not None:
                     index.remove(doc_id)
         conn.execute("DELETE FROM doc_raw_vec WHERE doc_id = ?", (doc_id,))
-        conn.execute("DELETE FROM docs WHERE id = ?", (doc_id,))
+        if conn.execute("DELETE FROM docs WHERE id = ?", (doc_id,)).rowcount:
+            if self._doc_count is not None:
+                self._doc_count -= 1
+
+    def doc_count(self) -> int:
+        """Searchable docs, counted once, then kept in step by this store's writes (another
+        process's writes are seen at the next open)."""
+        with self.lock:
+            if self._doc_count is None:
+                self._doc_count = int(self.conn.execute("SELECT count(*) FROM docs").fetchone()[0])
+            return self._doc_count
 
     def speakers(self, scope: str) -> list[str]:
         """Distinct speaker names recorded in ``scope`` (cached until a new one is indexed)."""
@@ -258,7 +309,7 @@ class Store:
         """
         if not self.vector_enabled or not rows:
             return
-        with self.transaction() as conn:
+        with self.transaction(durable=False) as conn:  # derived: recomputed if ever lost
             refresh: set[int] = set()
             for doc_id, scope, blob in rows:
                 row = conn.execute(
@@ -337,6 +388,52 @@ class Store:
                 vec += NEIGHBOUR_WEIGHT * np.frombuffer(raw[0], dtype=np.float32)
         norm = float(np.linalg.norm(vec)) or 1.0
         self._write_vec(conn, doc_id, scope, (vec / norm).astype(np.float32).tobytes())
+
+    # ---- memories ---------------------------------------------------------------------
+
+    def forget_memory(self, memory_id: int) -> bool:
+        """Delete a memory and its index rows; False when there is no such memory."""
+        with self.transaction(durable=True) as conn:
+            row = conn.execute(
+                "SELECT id FROM docs WHERE kind = 'memory' AND ref_id = ?", (memory_id,)
+            ).fetchone()
+            if row is not None:
+                self.unindex_doc(conn, row[0])
+            return conn.execute("DELETE FROM memories WHERE id = ?", (memory_id,)).rowcount > 0
+
+    def supersede_memory(self, old_id: int, new_id: int) -> None:
+        with self.transaction(durable=True) as conn:
+            conn.execute(
+                "UPDATE memories SET superseded_by = ?, updated_at = ? WHERE id = ?",
+                (new_id, now_iso(), old_id),
+            )
+
+    def touch_memory(self, memory_id: int, importance: int) -> None:
+        with self.transaction() as conn:
+            conn.execute(
+                "UPDATE memories SET updated_at = ?, importance = max(importance, ?) WHERE id = ?",
+                (now_iso(), importance, memory_id),
+            )
+
+    def similar_memories(self, vec: bytes, scope: str, k: int) -> list[tuple[dict, float]]:
+        """Live (not superseded) memories nearest to ``vec``: (row, cosine similarity)."""
+        rows = self.query(
+            "SELECT v.rowid, v.distance FROM docs_vec v WHERE v.embedding MATCH ? "
+            "AND k = ? AND v.scope = ? ORDER BY v.distance",
+            (vec, k * 4, scope),
+        )
+        out = []
+        for doc_id, distance in rows:
+            mem = self.query(
+                "SELECT m.id, m.text, m.importance, m.created_at FROM docs d "
+                "JOIN memories m ON d.kind = 'memory' AND d.ref_id = m.id "
+                "WHERE d.id = ? AND m.superseded_by IS NULL",
+                (doc_id,),
+            )
+            if mem:
+                row = dict(zip(("id", "text", "importance", "created_at"), mem[0], strict=True))
+                out.append((row, 1.0 - float(distance)))
+        return out[:k]
 
     def pending_docs(self, limit: int, after_id: int = 0) -> list[tuple[int, str, str]]:
         """Docs without a vector: (doc id, scope, text), oldest first."""

@@ -228,3 +228,28 @@ async def test_feedback_pulls_in_doc_related_to_best_hit(
     plain = [h.text for h in await memory.recall(question, k=2)]
     assert plain[0] == FEEDBACK_DOCS[0]
     assert FEEDBACK_DOCS[1] not in plain, "plain query finds it: test proves nothing"
+
+
+async def test_common_words_leave_large_indexes_fts_but_rare_ones_stay(
+    memory: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from luna.memory import search
+
+    texts = [f"we go out on day {i}" for i in range(30)] + ["we went hiking in the Tatra"]
+    await memory.add_memories([{"text": t} for t in texts])
+    words = ["go", "hiking", "tatras"]
+    assert search.distinctive_terms(memory.store, words) == words  # a small index: exact FTS
+    monkeypatch.setattr(search, "COMMON_MIN_DOCS", 1)
+    # "go" is in 30 of 31 docs; "hiking" is counted as the index stems it (hike).
+    assert search.distinctive_terms(memory.store, words) == ["hiking", "tatras"]
+    assert search.distinctive_terms(memory.store, ["go", "out"]) in (["go"], ["out"])
+    hits = await memory.recall("did we go hiking?", k=3)
+    assert "Tatra" in hits[0].text
+
+
+async def test_fts_keeps_a_small_scope_complete_beside_a_large_one(memory: Memory) -> None:
+    await memory.add_memories([{"text": f"the tulip bed number {i}"} for i in range(400)])
+    mine = [f"my tulip {c} is blooming" for c in ("red", "white", "yellow")]
+    await memory.add_memories([{"text": t, "scope": "user:9"} for t in mine])
+    hits = await memory.recall("tulip", scope="user:9", k=10)
+    assert sorted(h.text for h in hits) == sorted(mine)

@@ -44,3 +44,30 @@ async def test_large_scope_uses_ram_index_with_same_results(
     assert new in search.vec_scores(memory.store, qvec, "owner", 10, [])
     await memory.forget(ids[0])
     assert ids[0] not in search.vec_scores(memory.store, qvec, "owner", 10, [])
+
+
+def _unit(rows: np.ndarray) -> np.ndarray:
+    return (rows / np.linalg.norm(rows, axis=-1, keepdims=True)).astype(np.float32)
+
+
+def test_vector_index_split_scan_and_feedback_pass_are_exact() -> None:
+    from luna.memory import vector_index
+
+    rng = np.random.default_rng(3)
+    n = vector_index.SPLIT_MIN_ROWS + vector_index.NEAR_POOL + 1000
+    vecs = _unit(rng.standard_normal((n, 16)))
+    index = VectorIndex(16)
+    for i, v in enumerate(vecs):
+        index.upsert(i, v)
+    index.remove(11)
+    q = _unit(vecs[0] + rng.normal(0, 0.3, 16))
+    sims = index.sims(q)  # split over threads
+    assert np.allclose(sims[: index.n][index.ids[: index.n] >= 0], (vecs @ q)[np.arange(n) != 11])
+    for c in (vecs[1], _unit(-q)):  # a nearby doc (the pool suffices), the far side (it does not)
+        a, b = 0.8, 0.2
+        moved = _unit(a * q + b * c)
+        norm = float(np.linalg.norm(a * q + b * c))
+        near = index.knn_near(sims, moved, a / norm, b / norm, 100)
+        brute = index.knn(moved, 100)
+        assert [i for i, _ in near] == [i for i, _ in brute]
+        assert 11 not in [i for i, _ in near]
