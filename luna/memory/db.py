@@ -1,10 +1,16 @@
-"""The one SQLite connection helper: pysqlite3, WAL, full fsync, sqlite-vec.
+"""The one SQLite connection helper: pysqlite3, WAL, durability levels, sqlite-vec.
 
 Invariants:
 - Every Luna database connection comes from :func:`connect`; nothing else imports a SQLite
   binding. pysqlite3 is used because this Python's stdlib ``sqlite3`` cannot load extensions.
-- Connections are in WAL mode with ``synchronous=FULL``: a committed transaction survives
-  ``kill -9`` and power loss. ``isolation_level=None`` — callers open transactions explicitly.
+- Connections are in WAL mode with ``synchronous=NORMAL``; ``isolation_level=None`` — callers
+  open transactions explicitly. In WAL mode every committed transaction survives ``kill -9`` of
+  the process (its frames are in the WAL file, in the OS page cache, when COMMIT returns), at
+  any ``synchronous`` level. Power loss or an OS crash is another matter: only a commit with
+  ``synchronous=FULL`` (the WAL is fsynced before COMMIT returns) or a later fsync of the WAL
+  (:meth:`luna.memory.store.Store.sync`) makes a commit survive it; the WAL is append-only, so
+  one fsync covers every commit before it. ``Store.transaction(durable=True)`` is the FULL
+  commit; the store module says which writes use which.
 - sqlite-vec is loaded on every connection. When it cannot load, the failure is logged at ERROR
   level and as a ``memory_op`` event, and ``conn.vector_enabled`` is False; it never fails
   silently. :func:`check_features` reports the same facts for ``luna doctor``.
@@ -96,7 +102,7 @@ def connect(
         )
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
         conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = ON")
     except (sqlite3.Error, OSError) as exc:
         raise MemoryStoreError(f"cannot open database {path}: {exc}") from exc

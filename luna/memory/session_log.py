@@ -1,8 +1,23 @@
 """The session log: append-only chat messages and the part of them after compaction.
 
 Invariants:
-- ``append_message`` commits the message (and its search-index row) in one transaction with
-  ``synchronous=FULL`` before it returns: an acknowledged message survives ``kill -9``.
+- ``append_message`` commits the message (and its search-index row) in one transaction before
+  it returns, so every message it has acknowledged survives ``kill -9`` of Luna (in WAL mode a
+  commit is in the OS's hands when it returns; no fsync is needed for that).
+- Power loss is what an fsync is for, and a turn pays for one on its path (one durable point at
+  each end, not one per write). What each write is and how durable it is when it returns:
+  - the user's message (also ``system``): handed over by a person, so a durable commit (fsync):
+    it survives power loss before the turn does anything else;
+  - the per-turn context (``set_context``), each assistant tool call and each tool result:
+    intermediate rows the turn can do without (the prompt puts a placeholder in for a lost
+    result); committed without fsync: they survive ``kill -9`` at once and power loss with the
+    turn's closing sync;
+  - the final reply (an assistant message without tool calls, :func:`ends_turn`): the user has
+    already read it as it streamed; committed without fsync, then the ``Memory`` facade fsyncs
+    the WAL in the background right away (its closing durable point, off the path to the next
+    turn), and the next user message's durable commit covers it too.
+- Messages are never rewritten. Compaction is a soft cut: the summary row records the last
+  message it covers, and only ``prompt_history`` looks past it; the originals stay searchable.
 - Messages are never rewritten. Compaction is a soft cut: the summary row records the last
   message it covers, and only ``prompt_history`` looks past it; the originals stay searchable.
 - What was stored comes back as stored (``LoggedMessage``): turning it into a prompt (context,
@@ -33,6 +48,16 @@ def _tool_calls_json(message: dict[str, Any]) -> str | None:
     return json.dumps(wire, ensure_ascii=False)
 
 
+def is_handed_over(message: dict[str, Any]) -> bool:
+    """A message a person handed over: committed durably (fsync) before it is acknowledged."""
+    return message.get("role") in ("user", "system")
+
+
+def ends_turn(message: dict[str, Any]) -> bool:
+    """The turn's final reply: its commit is followed by a background sync of the log."""
+    return message.get("role") == "assistant" and not message.get("tool_calls")
+
+
 def append_message(
     store: Store,
     session_id: str,
@@ -42,7 +67,7 @@ def append_message(
     usage: Usage | None = None,
     scope: str = "owner",
 ) -> int:
-    """Durably append one OpenAI-style message; returns its id."""
+    """Append one OpenAI-style message (durably if :func:`is_handed_over`); returns its id."""
     message = clean_value(message)  # undecodable input is stored visibly replaced, never lost
     role = message.get("role")
     if role not in ROLES:
@@ -54,7 +79,7 @@ def append_message(
         )
     reasoning = message.get("reasoning_content") or None
     created = now_iso()
-    with store.transaction() as conn:
+    with store.transaction(durable=is_handed_over(message)) as conn:
         conn.execute(
             "INSERT OR IGNORE INTO sessions (id, scope, created_at) VALUES (?, ?, ?)",
             (session_id, scope, created),
@@ -88,8 +113,10 @@ def append_message(
 
 
 def set_context(store: Store, message_id: int, context: str) -> None:
-    """Attach the per-turn context to a logged user message (once; the schema enforces it)."""
-    with store.transaction() as conn:
+    """Attach the per-turn context to a logged user message (once; the schema enforces it).
+
+    Not fsynced: the turn's closing sync covers it (see the module docstring)."""
+    with store.transaction(durable=False) as conn:
         conn.execute(
             "UPDATE messages SET context = ? WHERE id = ? AND role = 'user'", (context, message_id)
         )
