@@ -7,6 +7,7 @@ these checks must show.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -48,10 +49,29 @@ async def _probe(
 
 
 async def check_llm(cfg: Config) -> list[CheckResult]:
+    """Every model server: the one at llm.endpoint, or each of [[llm.servers]] by name."""
+    if not cfg.llm.servers:
+        return await check_server(cfg)
+    results: list[CheckResult] = []
+    for server in cfg.llm.servers:
+        update = {
+            "endpoint": server.endpoint,
+            "model": server.model or cfg.llm.model,
+            "api_key": server.api_key,
+        }
+        one = cfg.model_copy(update={"llm": cfg.llm.model_copy(update=update)})
+        roles = ", ".join(server.roles)
+        for r in await check_server(one):
+            results.append(replace(r, name=f"{r.name} [{server.name}: {roles}]"))
+    return results
+
+
+async def check_server(cfg: Config) -> list[CheckResult]:
+    """The checks of one server (``cfg.llm``'s endpoint)."""
     endpoint = cfg.llm.endpoint.rstrip("/")
     headers = {"Authorization": f"Bearer {cfg.llm.api_key}"} if cfg.llm.api_key else {}
     timeout = httpx.Timeout(30.0, connect=cfg.llm.connect_timeout)
-    names = ("model alias", "context size", "history reasoning", "tool calls", "reasoning")
+    names = ("model alias", "context size", "slots", "history reasoning", "tool calls", "reasoning")
     results: list[CheckResult] = []
     async with httpx.AsyncClient(headers=headers, timeout=timeout) as client:
         # Reachable + model alias.
@@ -101,6 +121,7 @@ async def check_llm(cfg: Config) -> list[CheckResult]:
             )
         props = await _props(client, cfg)
         results.append(_check_context(props, cfg))
+        results.append(_check_slots(props, cfg))
         results.append(_check_template(props, cfg))
         results += await _check_probes(client, cfg, endpoint)
     return results
@@ -114,6 +135,29 @@ async def _props(client: httpx.AsyncClient, cfg: Config) -> dict[str, Any] | Non
     except (httpx.HTTPError, ValueError):
         return None
     return props if isinstance(props, dict) else None
+
+
+def _check_slots(props: dict[str, Any] | None, cfg: Config) -> CheckResult:
+    """Enough slots that sessions keep their KV cache (llama-server -np)?"""
+    slots = (props or {}).get("total_slots")
+    if not isinstance(slots, int):
+        return skipped("slots", "not a llama-server (no total_slots)")
+    if slots < 2 or not cfg.llm.pin_slots:
+        why = "one slot" if slots < 2 else "llm.pin_slots is off"
+        return fail(
+            "slots",
+            f"{why}: sessions, sub-agents and the librarian evict each other's KV cache, so "
+            "each switch prefills a whole conversation again (bench/slots.py measures it)",
+            "start llama-server with -np N (one slot per conversation you run at once, plus one "
+            "for background work) and a host-memory prompt cache, --cache-ram MiB; see "
+            "worker-agent.service",
+            essential=False,
+        )
+    return ok(
+        "slots",
+        f"{slots} slots: {slots - 1} for sessions (pinned, least recent gives way), "
+        "1 for background work",
+    )
 
 
 def _check_template(props: dict[str, Any] | None, cfg: Config) -> CheckResult:

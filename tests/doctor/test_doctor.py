@@ -257,3 +257,19 @@ def test_doctor_tells_whether_the_real_servers_template_keeps_reasoning(
         if not keeps:
             assert not result.essential  # a warning: Luna works, the cache does not
             assert "qwen3.5-luna.jinja" in result.fix and "llm.history_reasoning turn" in result.fix
+
+
+def test_doctor_checks_the_real_servers_slots(tmp_path: Path, real_llama) -> None:
+    from luna.config import build_config
+    from luna.doctor.llm import _check_slots
+    from tests.real_llama import ALIAS
+
+    for slots, fine in ((1, False), (3, True)):
+        server = real_llama("stock", ctx=8192 * slots, slots=slots)
+        cfg = build_config({"llm": {"endpoint": server.url, "model": ALIAS}}, {}, base_dir=tmp_path)
+        result = _check_slots(server.props(), cfg)  # total_slots, from /props
+        assert result.ok is fine, result
+        if not fine:
+            assert "-np" in result.fix and "--cache-ram" in result.fix and not result.essential
+        else:
+            assert "2 for sessions" in result.detail
