@@ -1,0 +1,71 @@
+"""The package layering holds: a lower layer never imports a higher one (front-ends above all).
+
+Every import in luna/ is read with ``ast`` (lazy imports inside functions included), so a
+forbidden import fails here even when it would only run on some code path.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.luna_process import REPO
+
+LUNA = REPO / "luna"
+# package -> packages it must never import. Front-ends sit on top; app.py and __main__.py
+# compose everything; doctor may probe any part below the front-ends.
+ABOVE_OBSERVE = {"agent", "llm", "memory", "tools", "mcp", "frontends", "doctor", "scheduler"}
+FORBIDDEN: dict[str, set[str]] = {
+    "config": ABOVE_OBSERVE | {"observe"},
+    "observe": ABOVE_OBSERVE,
+    "llm": {"agent", "memory", "tools", "mcp", "frontends", "doctor", "scheduler"},
+    "memory": {"agent", "tools", "mcp", "frontends", "doctor", "scheduler"},
+    "tools": {"agent", "mcp", "frontends", "doctor", "scheduler"},
+    "mcp": {"agent", "frontends", "doctor", "scheduler"},
+    "agent": {"frontends", "doctor", "mcp", "scheduler"},
+    "scheduler": {"frontends", "doctor"},
+    "doctor": {"frontends"},
+}  # fmt: skip
+LEAVES = {"messages.py": {"*"}, "errors.py": {"*"}}  # import no other Luna module
+
+
+def luna_imports(path: Path) -> set[str]:
+    """The ``luna.<package>`` names a module imports, anywhere in it."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "luna" and len(parts) > 1:
+                found.add(parts[1])
+    return found
+
+
+def test_layers_lower_packages_never_import_higher_ones() -> None:
+    problems = []
+    for package, banned in FORBIDDEN.items():
+        for path in sorted((LUNA / package).rglob("*.py")):
+            bad = luna_imports(path) & banned
+            if bad:
+                problems.append(f"{path.relative_to(REPO)} imports luna.{', luna.'.join(bad)}")
+    for name in LEAVES:
+        imported = luna_imports(LUNA / name) - {name.removesuffix(".py")}
+        if imported:
+            problems.append(f"luna/{name} imports luna.{', luna.'.join(imported)}")
+    assert not problems, "\n".join(problems)
+
+
+def test_layers_every_package_says_its_job_and_what_it_may_import() -> None:
+    for init in sorted(LUNA.rglob("__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        assert len(doc) > 40, f"{init.relative_to(REPO)} has no docstring stating its job"
+
+
+def test_layers_check_sees_a_forbidden_import(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text("def f():\n    from luna.frontends.repl import Repl\n    import luna.agent\n")
+    assert luna_imports(probe) == {"frontends", "agent"}  # lazy imports count too
