@@ -4,8 +4,10 @@
 ``bwrap_command(cfg, argv, cwd)`` wraps a command so that, inside:
 
 - the whole filesystem is read-only, except the workspace and ``tools.write_roots``;
-- ``/tmp`` and ``/run`` are private (empty tmpfs), ``/dev`` is minimal, ``/proc`` belongs to a
-  new PID namespace (Luna's own ``/proc/<pid>/environ`` is not visible);
+- ``/tmp`` and ``/dev/shm`` are private tmpfs of a bounded size (``tools.bash_tmp_mb``, see
+  ``luna.tools.limits``); ``/run`` (an empty tmpfs) and the minimal ``/dev`` are read-only, so
+  no RAM-backed folder can grow without bound; ``/proc`` belongs to a new PID namespace
+  (Luna's own ``/proc/<pid>/environ`` is not visible);
 - Luna's data folder (database, logs, tool outputs, ``.env``) is covered by an empty read-only
   tmpfs, even though the workspace lives inside it by default (it is bound back on top);
   private files outside it (the ``.env`` next to config.toml, ``mcp_servers.json``) are
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from luna.config import Config, secret_values
+from luna.tools.limits import INTERPRETER, Limits
 
 
 class SandboxStatus(NamedTuple):
@@ -87,9 +90,12 @@ def bwrap_command(
     """The bwrap command line that runs ``argv`` confined (see the module docstring)."""
     workspace = cfg.agent.workspace.resolve()
     writable = [workspace, *(p.resolve() for p in cfg.tools.write_roots)]
-    cmd = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    if not cfg.tools.network:
-        cmd += ["--tmpfs", "/run"]  # host sockets (dbus, docker) out of reach
+    limits = Limits.from_config(cfg)
+    cmd = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    cmd += ["--size", str(limits.shm_bytes), "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
+    cmd += ["--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]
+    if not cfg.tools.network:  # host sockets (dbus, docker) out of reach
+        cmd += ["--tmpfs", "/run", "--remount-ro", "/run"]
     hidden_dirs: list[Path] = []
     for p in protected_paths(cfg):
         if p.is_dir() and not any(p.is_relative_to(h) for h in hidden_dirs):
@@ -166,5 +172,27 @@ def sandbox_status(cfg: Config, *, probe: bool = True) -> SandboxStatus:
             False,
             f"bwrap cannot create namespaces here ({err}); enable unprivileged user "
             "namespaces or run as a user that may; bash asks before every command",
+        )
+    return _probe_interpreter(path)
+
+
+def _probe_interpreter(path: str) -> SandboxStatus:
+    """The limits wrapper runs on Luna's interpreter: it must be visible inside the sandbox."""
+    covering = ["--tmpfs", "/tmp", "--tmpfs", "/run", "--dev", "/dev", "--proc", "/proc"]
+    argv = ["bwrap", "--ro-bind", "/", "/", *covering, "--unshare-pid", "--die-with-parent"]
+    try:
+        proc = subprocess.run(
+            [*argv, "--", INTERPRETER, "-I", "-S", "-c", ""],
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return SandboxStatus(False, f"bwrap failed to start ({e}); bash asks before every command")
+    if proc.returncode != 0:
+        return SandboxStatus(
+            False,
+            f"Luna's Python ({INTERPRETER}) cannot run inside the sandbox, which hides /tmp, "
+            "/run and /dev: install Luna elsewhere; bash asks before every command",
         )
     return SandboxStatus(True, f"bubblewrap at {path} (namespaces work)")

@@ -9,6 +9,9 @@ Invariants:
 - Output (stdout and stderr interleaved) is read in chunks and capped at
   ``tools.output_cap_bytes``: the head and the tail are kept, the middle is counted and dropped,
   so a command printing gigabytes costs constant memory. The exit code is always reported.
+- Every command runs under its resource limits (``luna.tools.limits``: /tmp size, file size,
+  workspace quota, processes, memory), through the stdlib exec wrapper; each limit it hits
+  is one more line after the exit code.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from pathlib import Path
 
 from luna.config import Config
 from luna.errors import ToolError
+from luna.tools.limit_exec import disk_usage
+from luna.tools.limits import Limits, limit_lines, read_verdict, wrap
 from luna.tools.registry import ToolContext, ToolRegistry
 from luna.tools.sandbox import bwrap_command, tool_env
 
@@ -65,24 +70,61 @@ class CappedBuffer:
 
 async def run_command(
     cfg: Config, command: str, *, limit: float, cwd: Path, sandboxed: bool
-) -> tuple[int | None, str, bool]:
-    """(exit code or None when killed, capped output, timed_out)."""
+) -> tuple[int | None, str, bool, list[str]]:
+    """(exit code or None when killed, capped output, timed_out, one line per limit hit)."""
     env = tool_env(cfg)
-    argv = ["/bin/bash", "-c", command]
-    if sandboxed:
-        argv = bwrap_command(cfg, argv, cwd, env)
+    workspace = cfg.agent.workspace.resolve()
+    used = await asyncio.to_thread(disk_usage, str(workspace))
+    report_r, report_w = os.pipe()
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            cwd=str(cwd),
-            env=env,
-            start_new_session=True,
+        argv = wrap(
+            Limits.from_config(cfg),
+            ["/bin/bash", "-c", command],
+            workspace=workspace,
+            used_bytes=used,
+            report_fd=report_w,
+            sandboxed=sandboxed,
         )
-    except OSError as e:
-        raise ToolError(f"could not start bash: {e.strerror}") from e
+        if sandboxed:
+            argv = bwrap_command(cfg, argv, cwd, env)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                cwd=str(cwd),
+                env=env,
+                start_new_session=True,
+                pass_fds=(report_w,),
+            )
+        except OSError as e:
+            raise ToolError(f"could not start bash: {e.strerror}") from e
+        finally:
+            os.close(report_w)
+        code, output, timed_out = await _collect(cfg, proc, limit)
+        verdict = read_verdict(_read_now(report_r))
+    finally:
+        os.close(report_r)
+    after = verdict.get("used")
+    if not isinstance(after, int):  # no verdict (killed at the timeout): measure here
+        after = await asyncio.to_thread(disk_usage, str(workspace))
+    return code, output, timed_out, limit_lines(cfg, verdict, used, after)
+
+
+def _read_now(fd: int) -> bytes:
+    """What the wrapper wrote to its report pipe (it has exited): never waits."""
+    os.set_blocking(fd, False)
+    data = b""
+    with contextlib.suppress(BlockingIOError):
+        while chunk := os.read(fd, 4096):
+            data += chunk
+    return data
+
+
+async def _collect(
+    cfg: Config, proc: asyncio.subprocess.Process, limit: float
+) -> tuple[int | None, str, bool]:
     buf = CappedBuffer(cfg.tools.output_cap_bytes)
     timed_out = False
 
@@ -138,11 +180,12 @@ def register(reg: ToolRegistry, cfg: Config) -> None:
         if not cwd.is_relative_to(workspace):
             cwd = workspace
         cwd.mkdir(parents=True, exist_ok=True)
-        code, output, timed_out = await run_command(
+        code, output, timed_out, notes = await run_command(
             cfg, command, limit=limit, cwd=cwd, sandboxed=sandboxed
         )
         if timed_out:
             status = f"[timed out after {limit:g} s; the command and its children were killed]"
         else:
             status = f"[exit code: {code}]"
+        status = "\n".join([status, *notes])
         return f"{output.rstrip()}\n{status}" if output.strip() else status
