@@ -15,8 +15,8 @@ Invariants:
   ``LLMRejectedError``: the same request would fail the same way.
 - ``llm.timeout`` bounds the whole response, keep-alive comments included; a stream must
   start (first byte, llama-server's prompt progress counts) within ``llm.first_byte_timeout``.
-- Every openai/httpx exception is translated here, once, into one line naming the URL and the
-  fix; decisions use types, status codes and the server's structured error type.
+- Every openai/httpx exception is translated once, by ``luna.llm.failures``, into one line
+  naming the URL and the fix.
 - Leaked ``<think>`` / tool-call markup never reaches the caller (see ``luna.llm.markup``).
 - One ``llm_call`` event is logged per call. The API key only travels in the Authorization
   header.
@@ -26,18 +26,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import openai
 
 from luna.config import LLMConfig
-from luna.errors import LLMContextOverflowError, LLMError, LLMRejectedError, LLMUnreachableError
+from luna.errors import LLMError, LLMRejectedError
+from luna.llm.failures import is_loading, is_retryable, retry_after, translate
 from luna.llm.markup import StreamFilter, clean_reply
+from luna.llm.server_info import ServerInfo
 from luna.llm.slots import SlotPlan
 from luna.llm.stream import Progress, StreamAccumulator, reasoning_of, usage_of
 from luna.llm.transport import Utf8RepairingTransport
@@ -54,105 +54,8 @@ RequestRecorder = Callable[
     [dict[str, Any], "LLMResponse | None", "LLMError | None"], Awaitable[None]
 ]
 NO_KEY = "sk-no-key-required"
-MAX_RETRY_AFTER = 30.0
-RETRY_STATUS = frozenset({429, 502, 503, 504})
 LOADING_POLL = 1.0
 WAITING_FOR_LOAD = "the LLM server is still loading its model; waiting…"
-
-
-@dataclass(frozen=True)
-class ServerInfo:
-    """What llama-server says about itself in ``/props`` (None for other servers)."""
-
-    n_ctx: int | None
-    total_slots: int | None
-    supports_preserve_reasoning: bool
-    build: str
-
-    @classmethod
-    def from_props(cls, props: dict[str, Any]) -> ServerInfo:
-        settings = props.get("default_generation_settings") or {}
-        caps = props.get("chat_template_caps") or {}
-        n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else None
-        slots = props.get("total_slots")
-        return cls(
-            n_ctx=n_ctx if isinstance(n_ctx, int) else None,
-            total_slots=slots if isinstance(slots, int) else None,
-            supports_preserve_reasoning=bool(
-                isinstance(caps, dict) and caps.get("supports_preserve_reasoning")
-            ),
-            build=str(props.get("build_info") or ""),
-        )
-
-
-# ---- error translation ---------------------------------------------------------------------
-
-
-def _root_causes(exc: BaseException) -> list[BaseException]:
-    seen: list[BaseException] = []
-    cur: BaseException | None = exc
-    while cur is not None and cur not in seen:
-        seen.append(cur)
-        cur = cur.__cause__ or cur.__context__
-    return seen
-
-
-def _connect_reason(exc: BaseException) -> str | None:
-    """Why a connection failed, or None if exc is not a connection failure."""
-    chain = _root_causes(exc)
-    if any(isinstance(e, httpx.ConnectTimeout) for e in chain):
-        return "connection timed out"
-    if not any(isinstance(e, httpx.ConnectError) for e in chain):
-        return None
-    if any(isinstance(e, ConnectionRefusedError) for e in chain):
-        return "connection refused"
-    if any(isinstance(e, socket.gaierror) for e in chain):
-        return "host name not found"
-    return "connection failed"
-
-
-def _error_object(exc: openai.APIStatusError) -> dict[str, Any]:
-    body = exc.body
-    if isinstance(body, dict):
-        err = body.get("error", body)
-        if isinstance(err, dict):
-            return err
-        return {"message": str(err)}
-    return {}
-
-
-def _status_message(exc: openai.APIStatusError) -> str:
-    msg = _error_object(exc).get("message")
-    return str(msg)[:200] if msg else (exc.response.reason_phrase or "error")
-
-
-def _is_loading(exc: BaseException) -> bool:
-    """llama-server's 503 while it loads the model (``type: unavailable_error``)."""
-    return (
-        isinstance(exc, openai.APIStatusError)
-        and exc.status_code == 503
-        and _error_object(exc).get("type") == "unavailable_error"
-    )
-
-
-def _is_retryable(exc: BaseException) -> bool:
-    if isinstance(exc, openai.APIStatusError):
-        return exc.status_code in RETRY_STATUS
-    return _connect_reason(exc) is not None
-
-
-def _retry_after(exc: BaseException) -> float | None:
-    if isinstance(exc, openai.APIStatusError):
-        value = exc.response.headers.get("retry-after")
-        try:
-            return min(float(value), MAX_RETRY_AFTER) if value else None
-        except ValueError:
-            return None
-    return None
-
-
-def _int_or_none(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 # ---- the client ----------------------------------------------------------------------------
@@ -452,7 +355,7 @@ class LLMClient:
             try:
                 return await call()
             except (openai.APIError, httpx.HTTPError) as e:
-                if _is_loading(e):
+                if is_loading(e):
                     # Bounded by the caller's llm.timeout deadline, not by max_retries: a big
                     # model takes minutes to load.
                     if not told_loading:
@@ -463,9 +366,9 @@ class LLMClient:
                             await on_status(WAITING_FOR_LOAD)
                     await asyncio.sleep(LOADING_POLL)
                     continue
-                if attempt >= self.cfg.max_retries or not _is_retryable(e):
+                if attempt >= self.cfg.max_retries or not is_retryable(e):
                     raise self._translate(e) from e
-                delay = _retry_after(e) or self.cfg.retry_backoff * (2**attempt)
+                delay = retry_after(e) or self.cfg.retry_backoff * (2**attempt)
                 attempt += 1
                 _log.warning(
                     "LLM call failed (%s), retry %d/%d in %.2fs",
@@ -483,39 +386,7 @@ class LLMClient:
         )
 
     def _translate(self, exc: BaseException) -> LLMError:
-        reason = _connect_reason(exc)
-        if reason is not None:
-            return LLMUnreachableError(
-                f"cannot reach the LLM at {self.endpoint}: {reason} — start llama-server or set "
-                "LLM_ENDPOINT / [llm] endpoint in config.toml"
-            )
-        if isinstance(exc, openai.APIStatusError):
-            return self._translate_status(exc)
-        chain = _root_causes(exc)
-        if any(isinstance(e, httpx.TimeoutException | openai.APITimeoutError) for e in chain):
-            return LLMError(
-                f"the LLM at {self.endpoint} sent nothing for {self.cfg.first_byte_timeout:g}s "
-                "(llm.first_byte_timeout; raise it for very long prompts)"
-            )
-        return LLMError(f"the LLM call to {self.endpoint} failed: {type(exc).__name__}: {exc}")
-
-    def _translate_status(self, exc: openai.APIStatusError) -> LLMError:
-        err = _error_object(exc)
-        status = exc.status_code
-        text = f"the LLM at {self.endpoint} answered HTTP {status}: {_status_message(exc)}"
-        if status == 400 and err.get("type") == "exceed_context_size_error":
-            return LLMContextOverflowError(
-                text,
-                n_prompt_tokens=_int_or_none(err.get("n_prompt_tokens")),
-                n_ctx=_int_or_none(err.get("n_ctx")),
-            )
-        if status in (401, 403):
-            return LLMError(f"{text} — check LLM_API_KEY")
-        if status == 404:
-            return LLMError(f"{text} — check that [llm] endpoint ends with /v1 and [llm] model")
-        if status in (400, 422, 500):
-            return LLMRejectedError(text, status=status)
-        return LLMError(text)
+        return translate(exc, self.endpoint, self.cfg.first_byte_timeout)
 
     def _finish(
         self,

@@ -28,7 +28,8 @@ from typing import Any
 
 from luna.config import ROLES, LLMConfig, Role
 from luna.errors import LLMContextOverflowError, LLMError, LLMRejectedError
-from luna.llm.client import LLMClient, ServerInfo
+from luna.llm.client import LLMClient
+from luna.llm.server_info import ServerInfo
 from luna.messages import LLMResponse
 from luna.observe import log_event
 

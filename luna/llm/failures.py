@@ -1,0 +1,127 @@
+"""What a failed LLM call means: retry it, wait for a loading model, or say why in one line.
+
+Every openai/httpx exception is translated here, once, into a :class:`~luna.errors.LLMError`
+that names the URL and the fix. Decisions use exception types, HTTP status codes and
+llama-server's structured error ``type``, never the wording of a message.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import httpx
+import openai
+
+from luna.errors import LLMContextOverflowError, LLMError, LLMRejectedError, LLMUnreachableError
+
+MAX_RETRY_AFTER = 30.0  # a server asking for longer is capped: the caller has a deadline
+RETRY_STATUS = frozenset({429, 502, 503, 504})
+
+
+def root_causes(exc: BaseException) -> list[BaseException]:
+    """exc and everything it was raised from, outermost first."""
+    seen: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and cur not in seen:
+        seen.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return seen
+
+
+def connect_reason(exc: BaseException) -> str | None:
+    """Why a connection failed, or None if exc is not a connection failure."""
+    chain = root_causes(exc)
+    if any(isinstance(e, httpx.ConnectTimeout) for e in chain):
+        return "connection timed out"
+    if not any(isinstance(e, httpx.ConnectError) for e in chain):
+        return None
+    if any(isinstance(e, ConnectionRefusedError) for e in chain):
+        return "connection refused"
+    if any(isinstance(e, socket.gaierror) for e in chain):
+        return "host name not found"
+    return "connection failed"
+
+
+def _error_object(exc: openai.APIStatusError) -> dict[str, Any]:
+    body = exc.body
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict):
+            return err
+        return {"message": str(err)}
+    return {}
+
+
+def _status_message(exc: openai.APIStatusError) -> str:
+    msg = _error_object(exc).get("message")
+    return str(msg)[:200] if msg else (exc.response.reason_phrase or "error")
+
+
+def is_loading(exc: BaseException) -> bool:
+    """llama-server's 503 while it loads the model (``type: unavailable_error``)."""
+    return (
+        isinstance(exc, openai.APIStatusError)
+        and exc.status_code == 503
+        and _error_object(exc).get("type") == "unavailable_error"
+    )
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """A failure the same request may not meet again: connection, 429, 502, 503, 504."""
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code in RETRY_STATUS
+    return connect_reason(exc) is not None
+
+
+def retry_after(exc: BaseException) -> float | None:
+    """The server's Retry-After in seconds (capped), or None."""
+    if isinstance(exc, openai.APIStatusError):
+        value = exc.response.headers.get("retry-after")
+        try:
+            return min(float(value), MAX_RETRY_AFTER) if value else None
+        except ValueError:
+            return None
+    return None
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def translate(exc: BaseException, endpoint: str, first_byte_timeout: float) -> LLMError:
+    """The one-line Luna error for an openai/httpx failure talking to ``endpoint``."""
+    reason = connect_reason(exc)
+    if reason is not None:
+        return LLMUnreachableError(
+            f"cannot reach the LLM at {endpoint}: {reason} — start llama-server or set "
+            "LLM_ENDPOINT / [llm] endpoint in config.toml"
+        )
+    if isinstance(exc, openai.APIStatusError):
+        return _translate_status(exc, endpoint)
+    chain = root_causes(exc)
+    if any(isinstance(e, httpx.TimeoutException | openai.APITimeoutError) for e in chain):
+        return LLMError(
+            f"the LLM at {endpoint} sent nothing for {first_byte_timeout:g}s "
+            "(llm.first_byte_timeout; raise it for very long prompts)"
+        )
+    return LLMError(f"the LLM call to {endpoint} failed: {type(exc).__name__}: {exc}")
+
+
+def _translate_status(exc: openai.APIStatusError, endpoint: str) -> LLMError:
+    err = _error_object(exc)
+    status = exc.status_code
+    text = f"the LLM at {endpoint} answered HTTP {status}: {_status_message(exc)}"
+    if status == 400 and err.get("type") == "exceed_context_size_error":
+        return LLMContextOverflowError(
+            text,
+            n_prompt_tokens=_int_or_none(err.get("n_prompt_tokens")),
+            n_ctx=_int_or_none(err.get("n_ctx")),
+        )
+    if status in (401, 403):
+        return LLMError(f"{text} — check LLM_API_KEY")
+    if status == 404:
+        return LLMError(f"{text} — check that [llm] endpoint ends with /v1 and [llm] model")
+    if status in (400, 422, 500):
+        return LLMRejectedError(text, status=status)
+    return LLMError(text)
