@@ -1,8 +1,9 @@
 """The agent loop: one turn = persist, recall, prompt, LLM/tool rounds, persist.
 
 Invariants:
-- The user's message is persisted (durably) before anything else happens: once a front-end
-  has handed it over, it is never lost.
+- The user's message is persisted (durably) before anything leaves the process (only recall,
+  which reads, runs alongside its commit): once a front-end has handed it over, it is never
+  lost.
 - Turns of one session run strictly in order (a per-session lock); sessions run concurrently.
 - A turn runs at most ``agent.max_rounds`` tool rounds (sub-agent rounds count against the same
   budget); at the limit one wrap-up call without tools produces the answer, and when that
@@ -217,13 +218,21 @@ class Agent:
             )
 
     async def _prompt(self, msg: InboundMessage) -> list[dict[str, Any]]:
-        """Log the user's message (durable first), then build the request around it."""
-        message_id = await self.memory.append_message(
-            msg.session_id, {"role": "user", "content": msg.text}, scope=msg.scope
-        )
-        summary, records = await self.memory.prompt_history(msg.session_id)
+        """Log the user's message (durable first), then build the request around it.
+
+        Recall only reads (and leaves this message out anyway), so it runs while the message's
+        durable commit does; nothing leaves the process before that commit."""
+        recall = asyncio.create_task(self._recall_block(msg))
+        try:
+            message_id = await self.memory.append_message(
+                msg.session_id, {"role": "user", "content": msg.text}, scope=msg.scope
+            )
+            summary, records = await self.memory.prompt_history(msg.session_id)
+            block = await recall
+        finally:
+            recall.cancel()  # a no-op once it is done; stops it when the commit failed
         records = [r for r in records if r.id != message_id]  # it goes last, with its context
-        context = render_context(_now(self.cfg.agent.timezone), await self._recall_block(msg))
+        context = render_context(_now(self.cfg.agent.timezone), block)
         await self.memory.set_context(message_id, context)
         user_message = {"role": "user", "content": attach_context(msg.text, context)}
         history = history_messages(records, reasoning=self.cfg.llm.history_reasoning)
