@@ -35,6 +35,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "memory_scale": ("memory_scale.py", "memory ingest and query at 100k items"),
     "loop_stall": ("loop_stall.py", "event-loop stall with 10 concurrent sessions"),
     "scheduler": ("scheduler.py", "next-due lookup and tick cost, 10,000+ scheduled tasks"),
+    "cold_start": ("cold_start.py", "python -m luna: first answer, turn gap, RSS vs. a baseline"),
 }
 DEFAULT_TIMEOUT = 3600.0
 

@@ -68,7 +68,9 @@ def test_bench_runner_collects_ok_failed_and_missing(
 def test_bench_runner_lists_the_suite(capsys: pytest.CaptureFixture[str]) -> None:
     assert suite.main(["--list"]) == 0
     out = capsys.readouterr().out
-    for name in ("turn_overhead", "prefix_reuse", "locomo", "memory_scale", "loop_stall"):
+    for name in (
+        "turn_overhead", "prefix_reuse", "locomo", "memory_scale", "loop_stall", "cold_start"
+    ):  # fmt: skip
         assert name in out
 
 
@@ -89,3 +91,28 @@ def test_bench_loop_stall_runs_real_turns() -> None:
     assert data["turns"] == 2 and data["failed_turns"] == 0
     assert data["heartbeats"] > 0 and data["max_stall_ms"] >= data["p50_stall_ms"]
     assert "loop stall max" in proc.stdout
+
+
+def test_bench_cold_start_runs_the_real_luna_process() -> None:
+    """Two short runs of the current code (the first on an empty data folder: it exports the
+    embedding model once); figures and the process tree come back, nothing is timed here."""
+    proc = subprocess.run(
+        [sys.executable, "bench/cold_start.py", "--no-baseline", "--runs", "2", "--turns", "3"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert data["benchmark"] == "cold_start" and "baseline" not in data
+    assert 0 < data["prompt_s"] and 0 < data["first_request_s"]
+    assert data["gap_p95_ms"] >= data["gap_p50_ms"] > 0
+    last = data["runs"]["current"][-1]
+    assert {"main", "embedding worker"} <= set(last["rss"])
+    # The later start loaded the cached export; every recall says which mode served it.
+    assert set(last["recall_modes"]) <= {"hybrid", "fts_warming"}
+    assert sum(last["recall_modes"].values()) == 2 * (1 + 3 + 1)
+    assert "start → first model request" in proc.stdout
