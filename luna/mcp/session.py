@@ -16,6 +16,10 @@ Invariants:
   unless a test passes its own). A call past its timeout
   is cancelled (the SDK sends ``notifications/cancelled``) and reported.
 - ``notifications/tools/list_changed`` re-lists the tools and hands them to ``on_tools``.
+- A server that writes what is not JSON-RPC to stdout before its handshake is done fails at
+  once, after ``GARBAGE_LINES`` such lines (a stray banner line or two is forgiven), with one
+  line quoting what it wrote; later stray lines are logged once and ignored. The SDK's own
+  traceback for each such line is kept out of the console (``_quiet_parse_errors``).
 - ``stop_runner()`` cancels the runner's own cancel scope; the SDK then closes stdin and
   SIGTERM/SIGKILLs the server's process group within about 6.5 s (bounded by STOP_TIMEOUT).
 """
@@ -43,6 +47,7 @@ from mcp.shared.exceptions import MCPError as SDKError
 from pydantic import ValidationError
 
 from luna.config import Config
+from luna.errors import MCPError
 from luna.mcp.config import ServerSpec, describe_result, server_env
 from luna.messages import ToolResult
 from luna.observe import log_event
@@ -53,6 +58,8 @@ STOP_TIMEOUT = 10.0  # the SDK's stdio shutdown is bounded by about 6.5 s
 MAX_BACKOFF = 60.0
 MAX_WAIT_IN_CALL = 5.0  # a call waits out a restart backoff up to this long, else reports
 STDERR_TAIL = 400
+GARBAGE_LINES = 3  # non-JSON-RPC stdout lines forgiven before the handshake, less one
+GARBAGE_SHOWN = 80  # characters of such a line quoted in the error
 CLIENT_INFO = types.Implementation(name="luna", version="0.1")
 
 # Errors that mean the session is gone (as opposed to the server answering with an error).
@@ -76,6 +83,31 @@ class ServerStatus:
     restarts: int = 0
 
 
+def _quiet_parse_errors(record: logging.LogRecord) -> bool:
+    """The SDK logs a full pydantic traceback for each line a server writes that is not
+    JSON-RPC; Luna reports those itself, in one line (see ``ServerConnection._on_message``)."""
+    return record.funcName != "_parse_line"
+
+
+logging.getLogger("mcp.client.stdio").addFilter(_quiet_parse_errors)
+
+
+def _garbage_sample(exc: Exception) -> str:
+    """What a server wrote instead of JSON-RPC (the line pydantic refused), for one line."""
+    text = ""
+    if isinstance(exc, ValidationError) and exc.errors():
+        text = str(exc.errors()[0].get("input", ""))
+    text = text or str(exc)
+    return repr(text[:GARBAGE_SHOWN] + ("…" if len(text) > GARBAGE_SHOWN else ""))
+
+
+def _holds(exc: BaseException, kind: type[BaseException]) -> bool:
+    """``exc`` is a ``kind``, or an exception group holding one."""
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_holds(e, kind) for e in exc.exceptions)
+    return isinstance(exc, kind)
+
+
 def _is_lost(exc: BaseException) -> bool:
     if isinstance(exc, SDKError):
         return exc.code == types.CONNECTION_CLOSED
@@ -91,6 +123,8 @@ def _describe_error(exc: BaseException) -> str:
         return f"command not found: {exc.filename or exc}"
     if isinstance(exc, SDKError):
         return f"MCP error {exc.code}: {exc.message}"
+    if isinstance(exc, MCPError):
+        return str(exc)
     return f"{type(exc).__name__}: {exc}"
 
 
@@ -125,6 +159,9 @@ class ServerConnection:
         self._task: asyncio.Task[None] | None = None
         self._scope: anyio.CancelScope | None = None
         self._started_once = False
+        self._garbage = 0  # lines the server wrote to stdout that are not JSON-RPC
+        self._garbage_first = ""  # the first of them, quoted
+        self._handshake: anyio.CancelScope | None = None  # cancelled by too much garbage
 
     @property
     def name(self) -> str:
@@ -141,6 +178,7 @@ class ServerConnection:
         self.state, self.error = "starting", None
         log_event("mcp_server", server=self.name, status="starting", restarts=self.restarts)
         ready = asyncio.Event()
+        self._garbage, self._garbage_first = 0, ""
         self._task = asyncio.create_task(self._run(ready), name=f"mcp-{self.name}")
         await ready.wait()
         if self.session is None:
@@ -171,9 +209,20 @@ class ServerConnection:
                                 client_info=CLIENT_INFO,
                             )
                         )
-                        with anyio.fail_after(cfg.start_timeout):
+                        with (
+                            anyio.fail_after(cfg.start_timeout),
+                            anyio.CancelScope() as handshake,
+                        ):
+                            self._handshake = handshake
                             await session.initialize()
                             tools = await _list_all_tools(session)
+                        self._handshake = None
+                        if handshake.cancelled_caught:
+                            raise MCPError(
+                                f"it does not speak MCP on stdout: it wrote {self._garbage_first} "
+                                "(an MCP server must write only JSON-RPC there; logs go to "
+                                "stderr)"
+                            )
                         self.session = session
                         self.on_tools(self, tools)
                         self.state = "running"
@@ -183,7 +232,10 @@ class ServerConnection:
                         )
                         await self._serve_refreshes(session, refresh)
                 except Exception as e:  # noqa: BLE001 - any failure of one server is reported, not raised
+                    self._handshake = None
                     self.error = _describe_error(e)
+                    if self._garbage and not _holds(e, MCPError):
+                        self.error += f"; it wrote non-MCP output to stdout: {self._garbage_first}"
                     if stderr_path is not None:
                         tail = await asyncio.to_thread(_read_tail, stderr_path, offset)
                         if tail:
@@ -238,8 +290,18 @@ class ServerConnection:
     async def _on_message(self, refresh: asyncio.Queue[str], message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
             refresh.put_nowait("refresh")
-        elif isinstance(message, Exception):
-            log.debug("MCP server %r transport error: %s", self.name, message)
+        elif isinstance(message, Exception):  # a line on stdout that is not JSON-RPC
+            self._garbage += 1
+            if self._garbage == 1:
+                self._garbage_first = _garbage_sample(message)
+            if self._handshake is not None and self._garbage >= GARBAGE_LINES:
+                self._handshake.cancel()  # fail now, not at mcp.start_timeout
+            elif self._handshake is None and self._garbage == 1:
+                log.warning(
+                    "MCP server %r wrote non-MCP output to stdout (ignored): %s",
+                    self.name,
+                    self._garbage_first,
+                )
 
     async def stop_runner(self) -> None:
         """End the current runner (if any) and wait for its transport to close."""
