@@ -43,23 +43,18 @@ import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from luna.config import PERMISSION_LEVELS, PermissionLevel
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from luna.config import PermissionLevel
 from luna.errors import ConfigError, did_you_mean
 
 BASE_ENV_VARS = ("PATH", "HOME", "LANG", "LC_ALL", "TZ")
-EXPOSE_MODES = ("direct", "catalog")
-TRANSPORTS = ("stdio", "http")
 DEFAULT_PERMISSION: PermissionLevel = "allow"
 MAX_NAME = 64
 MAX_SERVER_NAME = 32
 MAX_DESCRIPTION = 1024
-
-KNOWN_KEYS = (
-    "command", "args", "env", "cwd", "transport", "url", "headers",
-    "enabled", "timeout", "expose", "permission", "description",
-)  # fmt: skip
 
 _SERVER_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]|_(?!_))*(?<!_)$")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -133,6 +128,80 @@ def _parse_one(name: str, raw: Any, environ: Mapping[str, str], call_timeout: fl
         return ServerSpec(name=name, enabled=enabled is not False, error=str(e))
 
 
+class _Entry(BaseModel):
+    """One server as written in the file, before ``${VAR}`` expansion."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    command: str | None = None
+    args: list[str] | None = None
+    env: dict[str, str] | None = None
+    cwd: str | None = None
+    transport: Literal["stdio", "http"] | None = None
+    url: str | None = None
+    headers: dict[str, str] | None = None
+    enabled: bool = True
+    timeout: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    expose: Literal["direct", "catalog"] = "direct"
+    permission: PermissionLevel = DEFAULT_PERMISSION
+    description: str = ""
+
+    @property
+    def chosen_transport(self) -> str:
+        """``transport``, or http when only a ``url`` is given."""
+        if self.transport:
+            return self.transport
+        return "http" if self.url is not None and self.command is None else "stdio"
+
+    @model_validator(mode="after")
+    def _fields_match_transport(self) -> _Entry:
+        stdio_only = {"command": self.command, "args": self.args, "env": self.env,
+                      "cwd": self.cwd}  # fmt: skip
+        http_only = {"url": self.url, "headers": self.headers}
+        if self.chosen_transport == "stdio":
+            if not (self.command or "").strip():
+                raise ValueError("stdio transport needs a 'command'")
+            wrong = [k for k, v in http_only.items() if v is not None]
+            other = "http"
+        else:
+            if not (self.url or "").startswith(("http://", "https://", "${")):
+                raise ValueError("http transport needs a 'url' starting with http:// or https://")
+            wrong = [k for k, v in stdio_only.items() if v is not None]
+            other = "stdio"
+        if wrong:
+            raise ValueError(f"{wrong[0]!r} only applies to the {other} transport")
+        return self
+
+
+_TYPE_WORDS = {
+    "string_type": "a string",
+    "bool_type": "true or false",
+    "float_type": "a number",
+    "list_type": "a list of strings",
+    "dict_type": "an object of strings",
+}
+
+
+def _one_line(error: ValidationError) -> str:
+    """The first validation problem as one line; env and header values are never echoed."""
+    first = error.errors(include_url=False)[0]
+    loc = [str(part) for part in first["loc"]]
+    key = loc[0] if loc else ""
+    kind = first["type"]
+    if kind == "extra_forbidden":
+        return f"unknown key {key!r}{did_you_mean(key, _Entry.model_fields)}"
+    if kind == "literal_error":
+        return f"{key} must be one of {first['ctx']['expected']}"
+    if key == "timeout":
+        return "timeout must be a positive number of seconds"
+    if kind in _TYPE_WORDS:
+        if len(loc) == 1:
+            return f"{key} must be {_TYPE_WORDS[kind]}"
+        item = f"[{loc[1]}]" if key == "args" else f".{loc[1]}"
+        return f"{key}{item} must be a string"
+    return str(first["msg"]).removeprefix("Value error, ")
+
+
 def _build_spec(name: str, raw: Any, environ: Mapping[str, str], call_timeout: float) -> ServerSpec:
     if not _SERVER_NAME.match(name) or len(name) > MAX_SERVER_NAME:
         raise ConfigError(
@@ -141,81 +210,37 @@ def _build_spec(name: str, raw: Any, environ: Mapping[str, str], call_timeout: f
         )
     if not isinstance(raw, dict):
         raise ConfigError("must be an object")
-    for key in raw:
-        if key not in KNOWN_KEYS:
-            raise ConfigError(f"unknown key {key!r}{did_you_mean(key, KNOWN_KEYS)}")
-
-    enabled = _typed(raw, "enabled", bool, True)
-    has_url = "url" in raw
-    transport = _typed(
-        raw, "transport", str, "http" if has_url and "command" not in raw else "stdio"
-    )
-    if transport not in TRANSPORTS:
-        raise ConfigError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
-    expose = _typed(raw, "expose", str, "direct")
-    if expose not in EXPOSE_MODES:
-        raise ConfigError(f"expose must be one of {', '.join(EXPOSE_MODES)}, got {expose!r}")
-    permission = _typed(raw, "permission", str, DEFAULT_PERMISSION)
-    if permission not in PERMISSION_LEVELS:
-        raise ConfigError(f"permission must be one of {', '.join(PERMISSION_LEVELS)}")
-    timeout = raw.get("timeout", call_timeout)
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
-        raise ConfigError("timeout must be a positive number of seconds")
-    _typed(raw, "description", str, "")
-
-    spec: dict[str, Any] = {}
-    if transport == "stdio":
-        command = _typed(raw, "command", str, "")
-        if not command.strip():
-            raise ConfigError("stdio transport needs a 'command'")
-        args = raw.get("args", [])
-        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
-            raise ConfigError("args must be a list of strings")
-        command = _expand(command, environ, "command")
-        spec["command"] = sys.executable if command in ("python", "python3") else command
-        spec["args"] = [_expand(a, environ, f"args[{i}]") for i, a in enumerate(args)]
-        env = _string_table(raw, "env")
-        spec["env"] = {k: _expand(v, environ, f"env.{k}") for k, v in env.items()}
-        cwd = _typed(raw, "cwd", str, "")
-        spec["cwd"] = Path(_expand(cwd, environ, "cwd")).expanduser() if cwd else None
-        for key in ("url", "headers"):
-            if key in raw:
-                raise ConfigError(f"{key!r} only applies to the http transport")
-    else:
-        url = _expand(_typed(raw, "url", str, ""), environ, "url")
+    try:
+        entry = _Entry.model_validate(raw)
+    except ValidationError as e:
+        raise ConfigError(_one_line(e)) from None
+    common = {
+        "name": name,
+        "transport": entry.chosen_transport,
+        "enabled": entry.enabled,
+        "timeout": float(entry.timeout if entry.timeout is not None else call_timeout),
+        "expose": entry.expose,
+        "permission": entry.permission,
+    }
+    if entry.chosen_transport == "http":
+        url = _expand(entry.url or "", environ, "url")
         if not url.startswith(("http://", "https://")):
             raise ConfigError("http transport needs a 'url' starting with http:// or https://")
-        spec["url"] = url
-        headers = _string_table(raw, "headers")
-        spec["headers"] = {k: _expand(v, environ, f"headers.{k}") for k, v in headers.items()}
-        for key in ("command", "args", "env", "cwd"):
-            if key in raw:
-                raise ConfigError(f"{key!r} only applies to the stdio transport")
+        headers = entry.headers or {}
+        return ServerSpec(
+            url=url,
+            headers={k: _expand(v, environ, f"headers.{k}") for k, v in headers.items()},
+            **common,
+        )
+    command = _expand(entry.command or "", environ, "command")
+    cwd = _expand(entry.cwd, environ, "cwd") if entry.cwd else ""
     return ServerSpec(
-        name=name,
-        transport=transport,
-        enabled=enabled,
-        timeout=float(timeout),
-        expose=expose,
-        permission=permission,
-        **spec,
+        command=sys.executable if command in ("python", "python3") else command,
+        args=[_expand(a, environ, f"args[{i}]") for i, a in enumerate(entry.args or [])],
+        env={k: _expand(v, environ, f"env.{k}") for k, v in (entry.env or {}).items()},
+        cwd=Path(cwd).expanduser() if cwd else None,
+        **common,
     )
-
-
-def _typed(raw: dict[str, Any], key: str, tp: type, default: Any) -> Any:
-    value = raw.get(key, default)
-    if not isinstance(value, tp):
-        raise ConfigError(f"{key} must be a {tp.__name__}")
-    return value
-
-
-def _string_table(raw: dict[str, Any], key: str) -> dict[str, str]:
-    value = raw.get(key, {})
-    if not isinstance(value, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    ):
-        raise ConfigError(f"{key} must be an object of strings")
-    return value
 
 
 def _expand(text: str, environ: Mapping[str, str], where: str) -> str:

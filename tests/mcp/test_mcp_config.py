@@ -66,6 +66,33 @@ def test_parse_servers_bad_entries_are_reported_by_name_and_others_kept() -> Non
     assert errors["mixed"] is not None
 
 
+def test_parse_servers_explains_wrong_types_and_bounds_in_one_line() -> None:
+    f = parse(
+        {
+            "inf": {"command": "x", "timeout": float("inf")},
+            "booltimeout": {"command": "x", "timeout": True},
+            "intarg": {"command": "x", "args": ["a", 3]},
+            "envnum": {"command": "x", "env": {"K": 1}},
+            "yes": {"command": "x", "enabled": "yes"},
+            "perm": {"command": "x", "permission": "maybe"},
+            "both": {"transport": "http", "command": "x", "url": "http://a"},
+            "fromvar": {"url": "${BASE}/mcp"},
+            "int": {"command": "x", "timeout": 5},
+        },
+        {"BASE": "http://h"},
+    )
+    errors = {s.name: s.error for s in f.servers}
+    assert errors["inf"] == errors["booltimeout"] == "timeout must be a positive number of seconds"
+    assert errors["intarg"] == "args[1] must be a string"
+    assert errors["envnum"] == "env.K must be a string"
+    assert errors["yes"] == "enabled must be true or false"
+    assert errors["perm"] == "permission must be one of 'allow', 'ask' or 'deny'"
+    assert errors["both"] == "'command' only applies to the stdio transport"
+    by_name = {s.name: s for s in f.servers}
+    assert by_name["fromvar"].error is None and by_name["fromvar"].url == "http://h/mcp"
+    assert by_name["int"].error is None and by_name["int"].timeout == 5.0
+
+
 def test_parse_servers_expands_env_and_refuses_unset_variables_without_echoing() -> None:
     f = parse(
         {
