@@ -14,6 +14,9 @@ Invariants:
 - Tool failures of any kind become results the model reads; only LLM failures end a turn, as
   one short line for the user (TurnFailed) and a traceback in the log.
 - Nothing blocking runs here: memory and tools do their own thread hand-off.
+- A model that is silent (no text, reasoning, progress or status) for ``WAITING_NOTICE``
+  seconds, or half its ``llm.first_byte_timeout`` when that is shorter, gets one Status line
+  saying Luna is waiting and how long it will: the user is never left without a word.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ log = logging.getLogger(__name__)
 
 SHUTTING_DOWN = "Luna is shutting down; send that again in a moment."
 PROGRESS_MIN_TOKENS = 2000  # only a prefill this long is worth a progress line
+WAITING_NOTICE = 10.0  # seconds of silence from the model before the user is told
 MAX_REMEMBERED_SESSIONS = 256
 
 __all__ = ["WRAP_UP_NOTE", "Agent"]
@@ -308,29 +312,57 @@ class Agent:
         emit: Callable[[AgentEvent], None],
         session_id: str,
     ) -> LLMResponse:
+        heard = asyncio.Event()  # the model (or the client about it) said something
+
         async def on_text(text: str) -> None:
+            heard.set()
             emit(TextDelta(text))
 
         async def on_reasoning(text: str) -> None:
+            heard.set()
             emit(ReasoningDelta(text))
 
         async def on_status(text: str) -> None:
+            heard.set()
             emit(Status(text))
 
         async def on_progress(p: Progress) -> None:
+            heard.set()
             if p.total - p.cached >= PROGRESS_MIN_TOKENS:
                 emit(Status(f"reading {p.total - p.cached:,} tokens… {p.share:.0%}", "progress"))
 
-        return await self.llm.stream(
-            messages,
-            tools,
-            on_text=on_text,
-            on_reasoning=on_reasoning,
-            on_status=on_status,
-            on_progress=on_progress,
-            record=self._recorder(session_id),
-            lane=session_id,
-        )
+        notice = asyncio.create_task(self._waiting_notice(heard, emit))
+        try:
+            return await self.llm.stream(
+                messages,
+                tools,
+                on_text=on_text,
+                on_reasoning=on_reasoning,
+                on_status=on_status,
+                on_progress=on_progress,
+                record=self._recorder(session_id),
+                lane=session_id,
+            )
+        finally:
+            notice.cancel()
+
+    async def _waiting_notice(
+        self, heard: asyncio.Event, emit: Callable[[AgentEvent], None]
+    ) -> None:
+        """One Status line when the model stays silent (see the module docstring)."""
+        llm = self.cfg.llm
+        after = min(WAITING_NOTICE, llm.first_byte_timeout / 2)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(after):
+                await heard.wait()
+        if not heard.is_set():
+            emit(
+                Status(
+                    f"waiting for the model to answer (no reply for {after:g} s; Luna gives up "
+                    f"after {llm.first_byte_timeout:g} s without a first byte, "
+                    f"{llm.timeout:g} s in all)"
+                )
+            )
 
     def _recorder(self, session_id: str) -> RequestRecorder | None:
         log_ = self.requests
