@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from typing import TextIO
 
 import pytest
 
@@ -13,18 +14,21 @@ from luna.frontends.repl import LineReader, new_session_id
 async def test_reader_drops_a_line_typed_for_an_expired_question() -> None:
     read_fd, write_fd = os.pipe()
     with os.fdopen(read_fd, "r") as stream, os.fdopen(write_fd, "w") as typist:
-        reader = LineReader(stream, interactive=False, history_file=None)
+        watched = _WatchedStream(stream, asyncio.get_running_loop())
+        reader = LineReader(watched, interactive=False, history_file=None)  # type: ignore[arg-type]
         with pytest.raises(TimeoutError):  # the first approval request times out unanswered
             await asyncio.wait_for(reader.read("allow ls?", purpose="approval"), 0.2)
-        notices: list[str] = []
+        assert await watched.started.get() == 1
+        stale = asyncio.Event()
         second = asyncio.ensure_future(
-            reader.read("allow rm -rf?", purpose="approval", on_stale=lambda: notices.append("x"))
+            reader.read("allow rm -rf?", purpose="approval", on_stale=stale.set)
         )
-        await asyncio.sleep(0.1)
+        await asyncio.wait_for(stale.wait(), 5)  # the second question saw the first still open
+        assert reader.waiting_line() == "allow ls?"
         typist.write("y\n")  # typed while "allow ls?" was still on screen
         typist.flush()
-        await asyncio.sleep(0.2)
-        assert not second.done() and notices == ["x"]
+        assert await asyncio.wait_for(watched.started.get(), 5) == 2  # a fresh read began
+        assert not second.done()  # the "y" went to the expired question, not this one
         typist.write("n\n")
         typist.flush()
         assert await asyncio.wait_for(second, 5) == "n"
@@ -32,6 +36,19 @@ async def test_reader_drops_a_line_typed_for_an_expired_question() -> None:
         typist.write("hello\n")
         typist.flush()
         assert await asyncio.wait_for(reader.read(""), 5) == "hello"
+
+
+class _WatchedStream:
+    """A pipe's read end that tells the test each time the reader starts reading a line."""
+
+    def __init__(self, stream: TextIO, loop: asyncio.AbstractEventLoop) -> None:
+        self.stream, self.loop, self.started = stream, loop, asyncio.Queue[int]()
+        self.calls = 0
+
+    def readline(self) -> str:
+        self.calls += 1
+        self.loop.call_soon_threadsafe(self.started.put_nowait, self.calls)
+        return self.stream.readline()
 
 
 def test_new_session_ids_differ_within_one_second() -> None:
