@@ -43,6 +43,7 @@ VARIANTS = {
 }
 GOAL_MEDIAN_SHARE = 0.05
 SLACK = 2  # tokens always evaluated again (the last prompt token; BOS bookkeeping)
+CTX = 32768  # one slot, room for the full run without trimming (trimming would move the prefix)
 
 
 def tool_output(turn: int, lines: int) -> str:
@@ -116,11 +117,12 @@ async def run_variant(template: str, turns: int, lines: int, keep: bool) -> dict
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
         cache = Path(os.environ.get("LUNA_BENCH_MODELS", base / "models"))
-        real = RealLlama(model_path(cache), base / "llama.log", template=template, ctx=32768)
+        real = RealLlama(model_path(cache), base / "llama.log", template=template, ctx=CTX)
         real.start()
         recorder = Recorder()
         try:
-            with FakeLLMServer() as server:
+            # The scripted server's context matches the real one's, so no variant is trimmed.
+            with FakeLLMServer(n_ctx=CTX) as server:
                 llm_cfg: dict[str, Any] = {"endpoint": server.url, "model": server.model}
                 if keep:
                     llm_cfg["history_reasoning"] = "keep"

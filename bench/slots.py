@@ -83,7 +83,7 @@ async def run_config(name: str, turns: int, lines: int, ctx: int) -> list[dict[s
         recorder = Recorder()
         rows: list[dict[str, Any]] = []
         try:
-            with FakeLLMServer() as server:
+            with FakeLLMServer(n_ctx=ctx) as server:  # the scripted side sees one slot's room
                 server.total_slots = conf["slots"]
                 cfg = build_config(
                     {
