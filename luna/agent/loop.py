@@ -1,0 +1,454 @@
+"""The agent loop: one turn = persist, recall, prompt, LLM/tool rounds, persist.
+
+Invariants:
+- The user's message is persisted (durably) before anything leaves the process (only recall,
+  which reads, runs alongside its commit): once a front-end has handed it over, it is never
+  lost.
+- Turns of one session run strictly in order (a per-session lock); sessions run concurrently.
+- A turn runs at most ``agent.max_rounds`` tool rounds (sub-agent rounds count against the same
+  budget); at the limit one wrap-up call without tools produces the answer, and when that
+  answer is empty the user is told what was left undone.
+- Every assistant message is persisted with its reasoning (replayed per
+  ``llm.history_reasoning``), each tool call before it runs and each result as it arrives, so
+  the next turn sees what ran, even after an interrupted round.
+- Tool failures of any kind become results the model reads; only LLM failures end a turn, as
+  one short line for the user (TurnFailed) and a traceback in the log.
+- Nothing blocking runs here: memory and tools do their own thread hand-off.
+- A model that is silent (no text, reasoning, progress or status) for ``WAITING_NOTICE``
+  seconds, or half its ``llm.first_byte_timeout`` when that is shorter, gets one Status line
+  saying Luna is waiting and how long it will: the user is never left without a word.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+from luna import observe
+from luna.agent.calls import run_round, vet_calls
+from luna.agent.fit import ContextFit
+from luna.agent.prompt import (
+    assistant_message,
+    attach_context,
+    build_messages,
+    history_messages,
+    render_context,
+)
+from luna.agent.recovery import ModelCall
+from luna.agent.subagent import WRAP_UP_NOTE, TurnBudget, run_subagent
+from luna.config import Config
+from luna.config.timezone import zone_for
+from luna.errors import LLMError, LunaError
+from luna.llm.client import RequestRecorder
+from luna.llm.stream import Progress
+from luna.memory import format_recall
+from luna.memory.request_log import RequestLog
+from luna.messages import (
+    AgentEvent,
+    InboundMessage,
+    LLMResponse,
+    ReasoningDelta,
+    Status,
+    TextDelta,
+    TurnDone,
+    TurnFailed,
+    Usage,
+)
+from luna.tools.registry import ToolContext
+
+log = logging.getLogger(__name__)
+
+SHUTTING_DOWN = "Luna is shutting down; send that again in a moment."
+PROGRESS_MIN_TOKENS = 2000  # only a prefill this long is worth a progress line
+WAITING_NOTICE = 10.0  # seconds of silence from the model before the user is told
+MAX_REMEMBERED_SESSIONS = 256
+
+__all__ = ["WRAP_UP_NOTE", "Agent"]
+
+
+def _round_limit_note(max_rounds: int, wanted: list[str]) -> str:
+    more = f" It still wanted to run: {', '.join(dict.fromkeys(wanted))}." if wanted else ""
+    return (
+        f"(I used all {max_rounds} tool rounds for this message before finishing.{more} "
+        "Ask me to continue and I will pick up from here.)"
+    )
+
+
+class Agent:
+    """Runs turns for any number of sessions; see the module docstring for the invariants."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        llm: Any,
+        memory: Any,
+        registry: Any,
+        librarian: Any | None = None,
+        requests: RequestLog | None = None,
+        *,
+        background_llm: Any | None = None,
+        subagent_llm: Any | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.llm = llm  # the chat role: the main loop
+        # Other roles may be other servers (llm.servers); by default the same one.
+        self.background_llm = background_llm or llm  # tools' own model calls (extraction)
+        self.subagent_llm = subagent_llm or llm
+        self.memory = memory
+        self.registry = registry
+        self.librarian = librarian
+        self.requests = requests  # what was sent, for `luna doctor cache` and `luna replay`
+        self.fit = ContextFit(cfg.llm.context_tokens, cfg.llm.max_tokens)
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}  # session -> (lock, turns using it)
+        self._refused: dict[str, set[str]] = {}  # session -> digests the server refused
+        self._active: set[asyncio.Task[Any]] = set()
+        self.accepting = True
+        self.tools_enabled = True
+
+    # ---- public API -------------------------------------------------------------------
+
+    async def run_turn(self, msg: InboundMessage) -> AsyncIterator[AgentEvent]:
+        """Run one turn and yield its events as they happen.
+
+        Closing the iterator early (or cancelling its consumer) cancels the turn; whatever was
+        persisted up to then stays.
+        """
+        if not self.accepting:
+            yield TurnFailed(SHUTTING_DOWN)
+            return
+        queue: asyncio.Queue[AgentEvent | None] = asyncio.Queue()
+        async with self._session(msg.session_id):
+            if not self.accepting:  # shutdown began while this turn waited for the session
+                yield TurnFailed(SHUTTING_DOWN)
+                return
+            task = asyncio.create_task(self._run_turn_task(msg, queue.put_nowait))
+            self._active.add(task)
+            task.add_done_callback(self._active.discard)
+            task.add_done_callback(lambda _t: queue.put_nowait(None))
+            try:
+                while (event := await queue.get()) is not None:
+                    yield event
+                await task
+            finally:
+                if not task.done():
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
+
+    async def add_note(self, session_id: str, text: str, *, scope: str = "owner") -> int:
+        """Append ``text`` as an assistant message to a session between its turns (a
+        scheduled task's outcome, shown in that conversation); returns the message id."""
+        async with self._session(session_id):
+            return await self.memory.append_message(
+                session_id, {"role": "assistant", "content": text}, scope=scope
+            )
+
+    async def drain(self, deadline: float) -> None:
+        """Stop taking turns; wait up to ``deadline`` seconds for running ones, then cancel."""
+        self.accepting = False
+        active = list(self._active)
+        if not active:
+            return
+        _done, pending = await asyncio.wait(active, timeout=deadline)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=5)
+            observe.log_event("turns_cancelled", count=len(pending))
+
+    # ---- sessions ---------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _session(self, session_id: str) -> AsyncIterator[None]:
+        """Hold the session's lock; the lock is dropped once no turn uses or awaits it."""
+        lock, users = self._locks.get(session_id, (asyncio.Lock(), 0))
+        self._locks[session_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[session_id]
+            if users == 1:
+                del self._locks[session_id]
+            else:
+                self._locks[session_id] = (lock, users - 1)
+
+    def _refused_in(self, session_id: str) -> set[str]:
+        if session_id not in self._refused and len(self._refused) >= MAX_REMEMBERED_SESSIONS:
+            self._refused.pop(next(iter(self._refused)))
+        return self._refused.setdefault(session_id, set())
+
+    # ---- one turn ---------------------------------------------------------------------
+
+    async def _run_turn_task(self, msg: InboundMessage, emit: Callable[[AgentEvent], None]) -> None:
+        with observe.turn_context(msg.session_id):
+            started = asyncio.get_running_loop().time()
+            rounds = 0
+            error: str | None = None
+            try:
+                rounds = await asyncio.wait_for(
+                    self._turn(msg, emit), timeout=self.cfg.agent.turn_timeout
+                )
+            except TimeoutError:
+                error = "turn_timeout"
+                emit(TurnFailed("That took too long and was stopped. Try a smaller request."))
+            except LLMError as e:
+                error = type(e).__name__
+                log.warning("turn failed: %s", e)
+                emit(TurnFailed(str(e)))
+            except LunaError as e:
+                error = type(e).__name__
+                log.exception("turn failed")
+                emit(TurnFailed(f"Something went wrong: {e}"))
+            except asyncio.CancelledError:
+                observe.log_event("turn", cancelled=True)
+                raise
+            except Exception as e:  # noqa: BLE001 - a bug must not kill the daemon
+                error = type(e).__name__
+                log.exception("turn crashed")
+                emit(TurnFailed(f"Internal error ({type(e).__name__}); details are in the log."))
+            latency = (asyncio.get_running_loop().time() - started) * 1000
+            observe.log_event(
+                "turn",
+                frontend=msg.frontend,
+                rounds=rounds,
+                latency_ms=round(latency, 1),
+                error=error,
+            )
+
+    async def _prompt(self, msg: InboundMessage) -> list[dict[str, Any]]:
+        """Log the user's message (durable first), then build the request around it.
+
+        Recall only reads (and leaves this message out anyway), so it runs while the message's
+        durable commit does; nothing leaves the process before that commit."""
+        recall = asyncio.create_task(self._recall_block(msg))
+        try:
+            message_id = await self.memory.append_message(
+                msg.session_id, {"role": "user", "content": msg.text}, scope=msg.scope
+            )
+            summary, records = await self.memory.prompt_history(msg.session_id)
+            block = await recall
+        finally:
+            recall.cancel()  # a no-op once it is done; stops it when the commit failed
+        records = [r for r in records if r.id != message_id]  # it goes last, with its context
+        context = render_context(_now(self.cfg.agent.timezone), block)
+        await self.memory.set_context(message_id, context)
+        user_message = {"role": "user", "content": attach_context(msg.text, context)}
+        history = history_messages(records, reasoning=self.cfg.llm.history_reasoning)
+        return build_messages(self.cfg.agent.system_prompt, summary, history, user_message)
+
+    async def _turn(self, msg: InboundMessage, emit: Callable[[AgentEvent], None]) -> int:
+        messages = await self._prompt(msg)
+        budget = TurnBudget(self.cfg.agent.max_rounds)
+        tools, allowed = self._offered_tools(msg)
+        ctx = self._tool_context(msg, budget, depth=0, allowed=allowed)
+        call = ModelCall(self.llm, self.fit, self._refused_in(msg.session_id), msg.session_id)
+        messages = call.leave_out_refused(messages)
+        keep_reasoning = self.cfg.llm.history_reasoning != "drop"
+
+        async def persist(message: dict[str, Any], usage: Usage | None = None) -> None:
+            await self.memory.append_message(msg.session_id, message, usage=usage, scope=msg.scope)
+
+        rounds = 0
+        usage: Usage | None = None
+        while True:
+            at_limit = tools is not None and budget.remaining <= 0
+            send_tools = tools if tools and not at_limit else None
+            extra = [{"role": "user", "content": WRAP_UP_NOTE}] if at_limit else []
+            resp, sent = await call(
+                messages + extra,
+                send_tools,
+                lambda m, t=send_tools: self._stream(m, t, emit, msg.session_id),
+            )
+            messages = sent[: len(sent) - len(extra)] if extra else sent
+            usage = resp.usage or usage
+            if not resp.tool_calls or send_tools is None:
+                reply = self._final_reply(resp, at_limit, emit)
+                stored = assistant_message(reply, [], resp.reasoning if keep_reasoning else "")
+                await persist(stored, resp.usage)
+                emit(TurnDone(reply=reply, rounds=rounds, usage=usage))
+                break
+            budget.take()
+            rounds += 1
+            vetted = vet_calls(resp)
+            reasoning = resp.reasoning if keep_reasoning else ""
+            assistant = assistant_message(resp.content, [v.call for v in vetted], reasoning)
+            # The call is logged before it runs and each result as it arrives: an interrupted
+            # round still shows what ran (the prompt fills a missing result with a placeholder).
+            await persist(assistant, resp.usage)
+            results = await run_round(
+                vetted, execute=lambda c: self.registry.execute(c, ctx), emit=emit, persist=persist
+            )
+            messages.append(assistant)
+            messages.extend(results)
+        if self.librarian is not None:
+            self.librarian.maybe_schedule(
+                msg.session_id,
+                usage.prompt_tokens if usage else None,
+                context_tokens=call.context_tokens,
+                overflowed=call.overflowed,
+            )
+        return rounds
+
+    def _offered_tools(
+        self, msg: InboundMessage
+    ) -> tuple[list[dict[str, Any]] | None, frozenset[str] | None]:
+        """The tool specs this turn offers, and the names it may run (None: all offered)."""
+        if not self.tools_enabled:
+            return None, None
+        if msg.allow_tools:
+            return self.registry.specs(), None
+        guest = self.registry.guest_names()  # no tool rights, but the tools meant for everyone
+        if guest:
+            return self.registry.specs(names=guest), frozenset(guest)
+        return None, None
+
+    def _final_reply(
+        self, resp: LLMResponse, at_limit: bool, emit: Callable[[AgentEvent], None]
+    ) -> str:
+        """The turn's answer; at the round limit an empty one, or one still asking for tools,
+        gets a note saying what was left undone (shown and stored)."""
+        reply = resp.content
+        if not at_limit or (reply.strip() and not resp.tool_calls):
+            return reply
+        note = _round_limit_note(self.cfg.agent.max_rounds, [c.name for c in resp.tool_calls])
+        emit(TextDelta(("\n\n" if reply.strip() else "") + note))
+        return f"{reply.rstrip()}\n\n{note}" if reply.strip() else note
+
+    async def _stream(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        emit: Callable[[AgentEvent], None],
+        session_id: str,
+    ) -> LLMResponse:
+        heard = asyncio.Event()  # the model (or the client about it) said something
+
+        async def on_text(text: str) -> None:
+            heard.set()
+            emit(TextDelta(text))
+
+        async def on_reasoning(text: str) -> None:
+            heard.set()
+            emit(ReasoningDelta(text))
+
+        async def on_status(text: str) -> None:
+            heard.set()
+            emit(Status(text))
+
+        async def on_progress(p: Progress) -> None:
+            heard.set()
+            if p.total - p.cached >= PROGRESS_MIN_TOKENS:
+                emit(Status(f"reading {p.total - p.cached:,} tokens… {p.share:.0%}", "progress"))
+
+        notice = asyncio.create_task(self._waiting_notice(heard, emit))
+        try:
+            return await self.llm.stream(
+                messages,
+                tools,
+                on_text=on_text,
+                on_reasoning=on_reasoning,
+                on_status=on_status,
+                on_progress=on_progress,
+                record=self._recorder(session_id),
+                lane=session_id,
+            )
+        finally:
+            notice.cancel()
+
+    async def _waiting_notice(
+        self, heard: asyncio.Event, emit: Callable[[AgentEvent], None]
+    ) -> None:
+        """One Status line when the model stays silent (see the module docstring)."""
+        llm = self.cfg.llm
+        after = min(WAITING_NOTICE, llm.first_byte_timeout / 2)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(after):
+                await heard.wait()
+        if not heard.is_set():
+            emit(
+                Status(
+                    f"waiting for the model to answer (no reply for {after:g} s; Luna gives up "
+                    f"after {llm.first_byte_timeout:g} s without a first byte, "
+                    f"{llm.timeout:g} s in all)"
+                )
+            )
+
+    def _recorder(self, session_id: str) -> RequestRecorder | None:
+        log_ = self.requests
+        if log_ is None:
+            return None
+        turn_id = observe.turn_id_var.get()
+
+        async def record(
+            body: dict[str, Any], response: LLMResponse | None, error: LLMError | None
+        ) -> None:
+            reply = None
+            if response is not None:
+                reply = {
+                    "content": response.content,
+                    "reasoning_content": response.reasoning,
+                    "tool_calls": [c.to_wire() for c in response.tool_calls],
+                    "finish_reason": response.finish_reason,
+                }
+            usage = response.usage if response is not None else None
+            err = str(error) if error is not None else None
+            await asyncio.to_thread(log_.record, session_id, turn_id, body, reply, usage, err)
+
+        return record
+
+    async def _recall_block(self, msg: InboundMessage) -> str:
+        # Memory leaves out this session's messages still in the prompt (this one included).
+        try:
+            items = await self.memory.recall(msg.text, scope=msg.scope, session_id=msg.session_id)
+        except LunaError as e:
+            log.warning("recall failed, answering without memories: %s", e)
+            return ""
+        return format_recall(items, self.cfg.memory.recall_token_budget)
+
+    # ---- sub-agents -------------------------------------------------------------------
+
+    def _tool_context(
+        self,
+        msg: InboundMessage,
+        budget: TurnBudget,
+        depth: int,
+        workdir: Path | None = None,
+        allowed: frozenset[str] | None = None,
+    ) -> ToolContext:
+        async def spawn(task: str, tool_names: list[str] | None, workdir: Path | None) -> str:
+            sub_ctx = self._tool_context(msg, budget, depth=1, workdir=workdir)
+            return await run_subagent(
+                llm=self.subagent_llm,
+                registry=self.registry,
+                task=task,
+                tool_names=tool_names,
+                workdir=workdir,
+                budget=budget,
+                execute=lambda c: self.registry.execute(c, sub_ctx),
+            )
+
+        return ToolContext(
+            session_id=msg.session_id,
+            frontend=msg.frontend,
+            user_request=msg.text,
+            approver=msg.approver,
+            llm=self.background_llm,
+            run_subagent=spawn if depth == 0 and allowed is None else None,
+            depth=depth,
+            workdir=workdir,
+            user_id=msg.user_id,
+            scope=msg.scope,
+            address=msg.address,
+            allowed_tools=allowed,
+        )
+
+
+def _now(timezone: str) -> dt.datetime:
+    """The time in ``agent.timezone``: the zone people give times in (the scheduler's)."""
+    return dt.datetime.now(zone_for(timezone))
