@@ -37,7 +37,7 @@ from luna.memory.embeddings import Embedder, LoadInfo
 from luna.memory.encoder import Encoder
 from luna.memory.indexer import FLUSH_BATCH, Indexer, index_batch
 from luna.memory.query import plan_query
-from luna.memory.search import RecallItem, format_recall, hybrid_search, keyword_hits
+from luna.memory.search import MAX_K, RecallItem, format_recall, hybrid_search, keyword_hits
 from luna.memory.store import Store
 from luna.messages import LoggedMessage, Usage
 from luna.observe import Timer, log_event
@@ -295,7 +295,7 @@ class Memory:
         Never waits for the embedding model while it warms (see :attr:`recall_mode`).
         """
         scope_speakers = await asyncio.to_thread(self.store.speakers, scope)
-        k = k or self.cfg.recall_k
+        k = min(k or self.cfg.recall_k, MAX_K)  # sqlite-vec's limit (luna.memory.search)
         with Timer() as t:
             plan = plan_query(query, scope_speakers)
             mode = self.recall_mode

@@ -4,8 +4,12 @@ Invariants:
 - Each command opens the memory database (``async with open_memory(cfg)``), does one job and
   closes it, also on failure; the exit code says whether it worked (import: non-zero when any
   line was skipped).
-- Bad input never raises a traceback: a malformed import line is reported with its line number
-  and skipped, the rest imports.
+- Bad input never raises a traceback: a malformed import line (bad JSON or UTF-8, a lone
+  surrogate, a date out of range) is reported with its line number and skipped, the rest
+  imports. Lines are split on ``\n`` only: U+2028, U+0085 and friends are valid inside a JSON
+  string, so ``splitlines`` would cut good lines apart.
+- ``search -k`` is clamped to :data:`~luna.memory.search.MAX_K` with a note; a ``--batch``
+  file that is not UTF-8 text is one line, never a traceback.
 - Output for machines (``--json``) is one JSON object per line.
 """
 
@@ -24,6 +28,8 @@ from luna.config import Config
 from luna.errors import LunaError
 from luna.memory import Memory, normalize_timestamp
 from luna.memory.browse import recall_json
+from luna.memory.search import MAX_K
+from luna.messages import clean_text
 
 IMPORT_BATCH = 256
 SOURCES = ("user", "assistant", "tool", "import")
@@ -94,13 +100,29 @@ async def search_cmd(args: argparse.Namespace, cfg: Config) -> int:
     if args.batch is None and not args.query:
         print("memory search: give a QUERY or --batch FILE", file=sys.stderr)
         return 2
+    if args.k is not None and args.k < 1:
+        print("memory search: -k must be at least 1", file=sys.stderr)
+        return 2
+    if args.k is not None and args.k > MAX_K:
+        print(f"note: -k {args.k} is past the limit; showing at most {MAX_K}", file=sys.stderr)
+        args.k = MAX_K
     if args.batch is not None:
         try:
             text = await asyncio.to_thread(args.batch.read_text, encoding="utf-8")
         except OSError as e:
-            print(f"memory search: cannot read {args.batch}: {e}", file=sys.stderr)
+            print(f"memory search: cannot read {args.batch}: {e.strerror or e}", file=sys.stderr)
             return 2
-        queries = [q.strip() for q in text.splitlines() if q.strip()]
+        except UnicodeDecodeError as e:
+            print(
+                f"memory search: {args.batch} is not UTF-8 text (byte {e.start}); --batch "
+                "wants one query per line",
+                file=sys.stderr,
+            )
+            return 2
+        queries = [q.strip() for q in text.split("\n") if q.strip()]
+        if any("\x00" in q for q in queries):
+            print(f"memory search: {args.batch} holds binary data (NUL bytes)", file=sys.stderr)
+            return 2
     else:
         queries = [args.query]
     async with open_memory(cfg) as mem:
@@ -188,6 +210,17 @@ async def reindex_cmd(args: argparse.Namespace, cfg: Config) -> int:
     return 0
 
 
+def _has_lone_surrogate(value: Any) -> bool:
+    """A string (or a string inside a list/dict) that cannot be stored as UTF-8."""
+    if isinstance(value, str):
+        return clean_text(value) != value
+    if isinstance(value, list):
+        return any(_has_lone_surrogate(v) for v in value)
+    if isinstance(value, dict):
+        return any(_has_lone_surrogate(k) or _has_lone_surrogate(v) for k, v in value.items())
+    return False
+
+
 def parse_import_line(line: str, default_session: str, scope: str) -> dict[str, Any]:
     """One JSONL line -> a memory record; ValueError says what is wrong."""
     try:
@@ -196,6 +229,8 @@ def parse_import_line(line: str, default_session: str, scope: str) -> dict[str, 
         raise ValueError(f"not valid JSON ({e.msg})") from None
     if not isinstance(obj, dict):
         raise ValueError("not a JSON object")
+    if _has_lone_surrogate(obj):  # e.g. "\ud800": valid JSON, but no UTF-8 text
+        raise ValueError("holds a lone surrogate escape (like \\ud800), which is not text")
     text = obj.get("text")
     if not isinstance(text, str) or not text.strip():
         raise ValueError('"text" is required and must be a non-empty string')
@@ -210,6 +245,8 @@ def parse_import_line(line: str, default_session: str, scope: str) -> dict[str, 
             created = normalize_timestamp(created)
         except ValueError:
             raise ValueError(f'"created_at" is not ISO 8601: {created!r}') from None
+        except OverflowError:  # e.g. 0001-01-01T00:00:00+05:00 is before year 1 in UTC
+            raise ValueError(f'"created_at" is out of range: {created!r}') from None
     source = obj.get("source", "import")
     if source not in SOURCES:
         raise ValueError(f'"source" must be one of {", ".join(SOURCES)}')
@@ -227,15 +264,21 @@ def parse_import_line(line: str, default_session: str, scope: str) -> dict[str, 
     }
 
 
+def _read_lines(path: Path) -> list[bytes]:
+    """The file's lines, split on ``\n`` only (see the module invariants)."""
+    return path.read_bytes().split(b"\n")
+
+
 async def import_cmd(args: argparse.Namespace, cfg: Config) -> int:
     from tqdm import tqdm
 
     try:
-        text = await asyncio.to_thread(args.file.read_text, encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        print(f"memory import: cannot read {args.file}: {e}", file=sys.stderr)
+        lines = await asyncio.to_thread(_read_lines, args.file)
+    except OSError as e:
+        print(f"memory import: cannot read {args.file}: {e.strerror or e}", file=sys.stderr)
         return 2
-    lines = text.splitlines()
+    if lines and not lines[-1].strip():
+        lines.pop()  # the newline that ends the last line
     default_session = f"import:{args.file.name}"
     imported = skipped = existing = 0
     batch: list[dict[str, Any]] = []
@@ -252,12 +295,21 @@ async def import_cmd(args: argparse.Namespace, cfg: Config) -> int:
                         bar.update(len(batch))
                         batch.clear()
 
-                for number, line in enumerate(lines, start=1):
-                    if not line.strip():
+                for number, raw in enumerate(lines, start=1):
+                    if not raw.strip():
                         bar.update(1)
                         continue
                     try:
+                        line = raw.decode("utf-8")
                         batch.append(parse_import_line(line, default_session, args.scope))
+                    except UnicodeDecodeError as e:
+                        skipped += 1
+                        bar.update(1)
+                        tqdm.write(
+                            f"{args.file}:{number}: skipped: not UTF-8 (byte {e.start})",
+                            file=sys.stderr,
+                        )
+                        continue
                     except ValueError as e:
                         skipped += 1
                         bar.update(1)

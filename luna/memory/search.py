@@ -56,6 +56,9 @@ CTX_WEIGHT = 0.5  # bm25 weight of a doc's neighbours' text relative to its own
 SPEAKER_BOOST = 0.5
 DATE_BOOST = 0.5
 WINDOW_MAX_DOCS = 2000
+# The most results one search returns: sqlite-vec refuses a KNN query for more than 4096
+# neighbours, so every vector pool is capped there too (see vector_hits).
+MAX_K = 4096
 TIE_BREAK = 2e-3  # total bonus for recency + importance (scores are in [0, 1] plus boosts)
 RECENCY_HALF_LIFE_DAYS = 90.0
 SUPERSEDED_FACTOR = 0.5
@@ -196,7 +199,7 @@ def vector_hits(
         rows = store.query(
             "SELECT rowid, distance FROM docs_vec WHERE embedding MATCH ? AND k = ? "
             "AND scope = ? ORDER BY distance",
-            (query_vec, limit, scope),
+            (query_vec, min(limit, MAX_K), scope),
         )
         scores = {int(i): 1.0 - float(d) for i, d in rows}
     missing = [i for i in window_ids if i not in scores]

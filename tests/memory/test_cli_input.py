@@ -1,0 +1,89 @@
+"""``python -m luna memory import`` and ``memory search`` as real subprocesses: odd input is
+skipped or refused in one line each, never a traceback, and never the whole batch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.luna_process import clean_env
+
+
+def luna(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = clean_env(
+        MEMORY_DB_PATH=str(tmp_path / "data" / "luna.db"),
+        LOG_DIR=str(tmp_path / "data" / "logs"),
+        LUNA_MCP_SERVERS=str(tmp_path / "mcp_servers.json"),
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "luna", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_import_skips_each_bad_line_by_number_and_keeps_the_rest(tmp_path: Path) -> None:
+    lines = [
+        json.dumps({"text": "the first good line", "id": "a"}).encode(),
+        b'{"text": "a lone surrogate \\ud800 here", "id": "b"}',
+        json.dumps({"text": "before year one in UTC", "created_at": "0001-01-01T00:00+05:00"})
+        .encode(),
+        # Raw U+2028, U+2029 and U+0085 inside a JSON string are valid JSON: one line each.
+        json.dumps({"text": "line\u2028separator", "id": "c"}, ensure_ascii=False).encode(),
+        json.dumps({"text": "next\x85line and para\u2029graph", "id": "d"}, ensure_ascii=False)
+        .encode(),
+        b'{"text": "not utf-8 \xff\xfe", "id": "e"}',
+        json.dumps({"text": "the last good line", "id": "f"}).encode(),
+    ]  # fmt: skip
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    done = luna(tmp_path, "memory", "import", str(path))
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 1  # some lines were skipped
+    skipped = [line for line in done.stderr.splitlines() if ": skipped: " in line]
+    assert [s.split(":")[1] for s in skipped] == ["2", "3", "6"], done.stderr
+    assert "lone surrogate" in skipped[0] and "out of range" in skipped[1]
+    assert "not UTF-8" in skipped[2]
+    assert "imported 4, skipped 3 malformed line(s)" in done.stdout
+
+    listed = luna(tmp_path, "memory", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    texts = {json.loads(row)["external_id"]: json.loads(row)["text"] for row in
+             listed.stdout.split("\n") if row}  # fmt: skip
+    assert texts == {
+        "a": "the first good line",
+        "c": "line\u2028separator",
+        "d": "next\x85line and para\u2029graph",
+        "f": "the last good line",
+    }
+
+
+def test_search_clamps_k_and_refuses_a_binary_batch_file(tmp_path: Path) -> None:
+    added = luna(tmp_path, "memory", "add", "the boat is called Aurora")
+    assert added.returncode == 0, added.stderr
+
+    found = luna(tmp_path, "memory", "search", "boat", "-k", "1000000000", "--json")
+    assert "Traceback" not in found.stderr, found.stderr
+    assert found.returncode == 0
+    assert "note: -k 1000000000 is past the limit; showing at most 4096" in found.stderr
+    (result,) = [json.loads(line) for line in found.stdout.splitlines()]
+    assert [r["text"] for r in result["results"]] == ["the boat is called Aurora"]
+
+    binary = tmp_path / "queries.bin"
+    binary.write_bytes(bytes(range(256)) * 8)
+    refused = luna(tmp_path, "memory", "search", "--batch", str(binary))
+    assert "Traceback" not in refused.stderr, refused.stderr
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [
+        f"memory search: {binary} is not UTF-8 text (byte 128); --batch wants one query per line"
+    ]
+    nul = tmp_path / "queries.nul"
+    nul.write_bytes(b"boat\x00\x00\x01\n")
+    refused = luna(tmp_path, "memory", "search", "--batch", str(nul))
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert refused.stderr.strip() == f"memory search: {nul} holds binary data (NUL bytes)"
