@@ -1,9 +1,11 @@
 """Embeddings in a child process, so encoding never competes with the event loop.
 
-Why: in a thread, sentence-transformers holds the GIL for tokenization and pooling and torch
-spreads over every core, so on a small box the event loop waits tens of milliseconds behind
-it. In a child process at a lower CPU priority (nice 10) it shares no GIL with the loop and the
-kernel lets the loop run first.
+Why: in a thread, tokenization and pooling hold the GIL and the model spreads over every
+core, so on a small box the event loop waits tens of milliseconds behind it. In a child process
+it shares no GIL with the loop. Bulk work (ingest, the indexer, the model's load and export)
+runs on two threads at a lower CPU priority (nice 10: the kernel lets the loop run first); a
+turn's query vector is computed on the worker's main thread at normal priority, so a busy box
+does not make the turn wait for it.
 
 Invariants:
 - One worker process per (model, dim, backend), shared by every Memory in this process and
@@ -27,19 +29,22 @@ import os
 import threading
 import time
 import weakref
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
 from luna.errors import MemoryStoreError
-from luna.memory.embeddings import DEFAULT_BACKEND, Embedder, LoadInfo, PerModel
+from luna.memory.embeddings import DEFAULT_BACKEND, ONNX_BATCH_SIZE, Embedder, LoadInfo, PerModel
 
 WORKER_NICE = 10
 PARENT_CHECK_S = 0.5
 SHUTDOWN_TIMEOUT = 10.0
 
+BULK_THREADS = 2  # ONNX Runtime runs one thread per call; bulk work splits over two
+
 _worker_embedder: Embedder | None = None
+_bulk: ThreadPoolExecutor | None = None
 
 
 class WorkerDiedError(MemoryStoreError):
@@ -55,28 +60,54 @@ def exit_with_parent(parent_pid: int) -> None:
             os._exit(0)
 
 
+def _lower_priority() -> None:
+    """Run this thread (and what it starts: the model export) at ``WORKER_NICE``."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WORKER_NICE)
+    except OSError:  # pragma: no cover - not allowed here: run at normal priority
+        pass
+
+
 def _init_worker(
     model_name: str, dim: int, backend: str, cache_dir: Path | None, parent_pid: int
 ) -> None:
-    global _worker_embedder
+    global _worker_embedder, _bulk
     threading.Thread(target=exit_with_parent, args=(parent_pid,), daemon=True).start()
-    try:
-        os.nice(WORKER_NICE)
-    except OSError:  # pragma: no cover - not allowed here: run at normal priority
-        pass
+    _bulk = ThreadPoolExecutor(
+        BULK_THREADS, thread_name_prefix="embed-bulk", initializer=_lower_priority
+    )
     _worker_embedder = Embedder(model_name, dim, backend, cache_dir)
 
 
-def _load() -> LoadInfo:
-    if _worker_embedder is None:  # pragma: no cover - initializer always ran
+def _embedder() -> tuple[Embedder, ThreadPoolExecutor]:
+    if _worker_embedder is None or _bulk is None:  # pragma: no cover - initializer always ran
         raise MemoryStoreError("embedding worker was not initialized")
-    return _worker_embedder.load()
+    return _worker_embedder, _bulk
+
+
+def _load() -> LoadInfo:
+    embedder, bulk = _embedder()
+    return bulk.submit(embedder.load).result()  # the load (and an export) at low priority
 
 
 def _encode(texts: list[str], is_query: bool) -> Any:
-    if _worker_embedder is None:  # pragma: no cover - initializer always ran
-        raise MemoryStoreError("embedding worker was not initialized")
-    return _worker_embedder.encode(texts, is_query=is_query)
+    """A query is encoded here, at normal priority (a turn waits for it); anything else on
+    the low-priority threads, split across them."""
+    import numpy as np
+
+    embedder, bulk = _embedder()
+    if not embedder.is_loaded:
+        _load()
+    if is_query:
+        return embedder.encode(texts, is_query=True)
+    parts = BULK_THREADS if len(texts) >= 2 * ONNX_BATCH_SIZE else 1
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    chunks = [order[k::parts] for k in range(parts)]  # similar lengths in every chunk
+    futures = [bulk.submit(embedder.encode, [texts[i] for i in chunk]) for chunk in chunks]
+    out = np.empty((len(texts), embedder.dim), dtype=np.float32)
+    for chunk, future in zip(chunks, futures, strict=True):
+        out[chunk] = future.result()
+    return out
 
 
 class EmbeddingProcess:

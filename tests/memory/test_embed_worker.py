@@ -1,7 +1,9 @@
-"""The embedding child process: same vectors as in-process, and a dead worker is survivable."""
+"""The embedding child process: same vectors as in-process, queries at normal priority and bulk
+work below it, and a dead worker is survivable."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -18,18 +20,31 @@ from luna.memory.embeddings import Embedder
 from tests.luna_process import REPO
 
 
-async def test_embed_worker_matches_in_process_vectors_and_survives_a_crash() -> None:
-    worker = EmbeddingProcess("all-MiniLM-L6-v2", 384)  # private: killing it affects no one
+def _thread_nices(pid: int) -> dict[int, int]:
+    """{thread id: nice value} of every thread of ``pid`` (field 19 of /proc/.../stat)."""
+    tasks = Path(f"/proc/{pid}/task").iterdir()
+    return {int(t.name): int((t / "stat").read_text().rsplit(")", 1)[1].split()[16]) for t in tasks}
+
+
+async def test_embed_worker_matches_in_process_vectors_and_survives_a_crash(
+    model_cache: Path,
+) -> None:
+    # private: killing it affects no one
+    worker = EmbeddingProcess("all-MiniLM-L6-v2", 384, cache_dir=model_cache)
     try:
         texts = ["we moved to Lisbon", "the tulip bulbs arrive on Friday"]
         remote = await worker.encode(texts)
-        local = Embedder.shared("all-MiniLM-L6-v2", 384).encode(texts)
+        local = Embedder("all-MiniLM-L6-v2", 384, cache_dir=model_cache).encode(texts)
         assert remote.shape == (2, 384) and remote.dtype == np.float32
         assert np.allclose(np.linalg.norm(remote, axis=1), 1.0, atol=1e-5)
         assert np.allclose(remote, local, atol=1e-4)
         pool = worker._executor()
         (pid,) = list(pool._processes)  # noqa: SLF001 - the worker's pid, to kill it
-        assert os.getpriority(os.PRIO_PROCESS, pid) >= os.getpriority(os.PRIO_PROCESS, 0) + 5
+        await worker.encode(texts * 20)  # bulk: split over the low-priority threads
+        ours = os.getpriority(os.PRIO_PROCESS, 0)
+        nice = await asyncio.to_thread(_thread_nices, pid)
+        assert nice.pop(pid) == ours  # the main thread, where queries run: normal priority
+        assert sum(1 for n in nice.values() if n >= ours + 5) >= 2  # the bulk threads
         os.kill(pid, signal.SIGKILL)
         with pytest.raises(MemoryStoreError, match="embedding worker process died"):
             await worker.encode(["after the crash"])
@@ -41,10 +56,11 @@ async def test_embed_worker_matches_in_process_vectors_and_survives_a_crash() ->
 
 WORKER_SCRIPT = """
 import asyncio, sys
+from pathlib import Path
 from luna.memory.embed_worker import EmbeddingProcess
 
 async def main():
-    worker = EmbeddingProcess("all-MiniLM-L6-v2", 384)
+    worker = EmbeddingProcess("all-MiniLM-L6-v2", 384, cache_dir=Path(sys.argv[1]))
     await worker.encode(["hello"])
     print(*worker._executor()._processes, flush=True)
     await asyncio.sleep(120)
@@ -54,12 +70,12 @@ if __name__ == "__main__":
 """
 
 
-def test_embed_worker_dies_with_a_killed_parent(tmp_path: Path) -> None:
+def test_embed_worker_dies_with_a_killed_parent(tmp_path: Path, model_cache: Path) -> None:
     script = tmp_path / "parent.py"
     script.write_text(WORKER_SCRIPT)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     parent = subprocess.Popen(
-        [sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env
+        [sys.executable, str(script), str(model_cache)], stdout=subprocess.PIPE, text=True, env=env
     )
     assert parent.stdout is not None
     worker_pid = int(parent.stdout.readline().split()[0])
