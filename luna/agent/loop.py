@@ -3,7 +3,9 @@
 Invariants:
 - The user's message is persisted (durably) before anything leaves the process (only recall,
   which reads, runs alongside its commit): once a front-end has handed it over, it is never
-  lost.
+  lost. Its text is made valid Unicode first (``clean_text``: a lone surrogate from any
+  front-end becomes U+FFFD), so nothing after it (recall, the embedding model, the request)
+  can fail on it.
 - Turns of one session run strictly in order (a per-session lock); sessions run concurrently.
 - A turn runs at most ``agent.max_rounds`` tool rounds (sub-agent rounds count against the same
   budget); at the limit one wrap-up call without tools produces the answer, and when that
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime as dt
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -43,7 +46,7 @@ from luna.agent.recovery import ModelCall
 from luna.agent.subagent import WRAP_UP_NOTE, TurnBudget, run_subagent
 from luna.config import Config
 from luna.config.timezone import zone_for
-from luna.errors import LLMError, LunaError
+from luna.errors import DatabaseBusyError, DatabaseCorruptError, LLMError, LunaError
 from luna.llm.client import RequestRecorder
 from luna.llm.stream import Progress
 from luna.memory import format_recall
@@ -58,6 +61,7 @@ from luna.messages import (
     TurnDone,
     TurnFailed,
     Usage,
+    clean_text,
 )
 from luna.tools.registry import ToolContext
 
@@ -118,6 +122,7 @@ class Agent:
         Closing the iterator early (or cancelling its consumer) cancels the turn; whatever was
         persisted up to then stays.
         """
+        msg = dataclasses.replace(msg, text=clean_text(msg.text))
         if not self.accepting:
             yield TurnFailed(SHUTTING_DOWN)
             return
@@ -198,6 +203,12 @@ class Agent:
                 error = "turn_timeout"
                 emit(TurnFailed("That took too long and was stopped. Try a smaller request."))
             except LLMError as e:
+                error = type(e).__name__
+                log.warning("turn failed: %s", e)
+                emit(TurnFailed(str(e)))
+            except (DatabaseBusyError, DatabaseCorruptError) as e:
+                # The database, not a bug: one line for the user (the message is kept, it
+                # says where), no traceback on the terminal.
                 error = type(e).__name__
                 log.warning("turn failed: %s", e)
                 emit(TurnFailed(str(e)))

@@ -460,7 +460,8 @@ def _untrusted_texts(messages: list[dict[str, Any]]) -> list[str]:
 
 
 async def _chunks(stream: Any) -> AsyncIterator[Any]:
-    """The stream's chunks; a chunk that fails to decode ends the stream as an LLM error."""
+    """The stream's chunks; a chunk that fails to decode (not UTF-8, not JSON) ends the stream
+    as an LLM error."""
     iterator = stream.__aiter__()
     while True:
         try:
@@ -469,4 +470,6 @@ async def _chunks(stream: Any) -> AsyncIterator[Any]:
             return
         except UnicodeDecodeError as e:  # invalid UTF-8 from the server
             raise LLMError(f"the LLM sent text that is not UTF-8 ({e.reason})") from e
+        except ValueError as e:  # a data line that is not JSON (json.JSONDecodeError)
+            raise LLMError(f"the LLM sent a stream event that is not valid JSON ({e})") from e
         yield chunk

@@ -7,6 +7,7 @@ llama-server's structured error ``type``, never the wording of a message.
 
 from __future__ import annotations
 
+import math
 import socket
 from typing import Any
 
@@ -79,9 +80,12 @@ def retry_after(exc: BaseException) -> float | None:
     if isinstance(exc, openai.APIStatusError):
         value = exc.response.headers.get("retry-after")
         try:
-            return min(float(value), MAX_RETRY_AFTER) if value else None
+            seconds = float(value) if value else None
         except ValueError:
             return None
+        if seconds is None or not math.isfinite(seconds) or seconds < 0:
+            return None  # "soon", "nan", "-1": the usual backoff instead
+        return min(seconds, MAX_RETRY_AFTER)
     return None
 
 

@@ -57,8 +57,15 @@ def reasoning_of(obj: Any) -> str:
     return ""
 
 
+def _count(value: Any) -> int:
+    """A token count the server sent: a non-negative int, anything else counts as 0."""
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    return value if is_int and value > 0 else 0
+
+
 def usage_of(raw: Any, timings: Any) -> Usage | None:
-    """Usage from the OpenAI ``usage`` object plus llama-server's ``timings``, if any."""
+    """Usage from the OpenAI ``usage`` object plus llama-server's ``timings``, if any (figures
+    that are not counts, as a broken server may send, count as 0)."""
     cached = prefilled = 0
     prompt_ms = 0.0
     if isinstance(timings, dict):
@@ -71,14 +78,14 @@ def usage_of(raw: Any, timings: Any) -> Usage | None:
             return None
         return Usage(cached_tokens=cached, prefilled_tokens=prefilled, prompt_ms=prompt_ms)
     details = getattr(raw, "prompt_tokens_details", None)
-    if details is not None and getattr(details, "cached_tokens", None) and not cached:
-        cached = details.cached_tokens
-    prompt = raw.prompt_tokens or 0
-    completion = raw.completion_tokens or 0
+    if details is not None and not cached:
+        cached = _count(getattr(details, "cached_tokens", None))
+    prompt = _count(getattr(raw, "prompt_tokens", None))
+    completion = _count(getattr(raw, "completion_tokens", None))
     return Usage(
         prompt_tokens=prompt,
         completion_tokens=completion,
-        total_tokens=raw.total_tokens or prompt + completion,
+        total_tokens=_count(getattr(raw, "total_tokens", None)) or prompt + completion,
         cached_tokens=cached,
         prefilled_tokens=prefilled or max(0, prompt - cached),
         prompt_ms=prompt_ms,
