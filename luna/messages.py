@@ -7,6 +7,8 @@ Invariants:
   so malformed JSON is reported to the model instead of crashing the turn.
 - Agent events are what front-ends see while a turn runs; they carry no agent logic.
 - Text is valid Unicode wherever it is stored or sent: ``clean_text`` is the one repair.
+- Text shown on a terminal (the REPL, console log lines) goes through ``neutralize`` first:
+  its control characters are made visible, never obeyed.
 """
 
 from __future__ import annotations
@@ -33,6 +35,21 @@ def clean_text(text: str) -> str:
     every other character are kept as they are.
     """
     return _SURROGATE.sub(REPLACEMENT, text) if _SURROGATE.search(text) else text
+
+
+_CONTROLS: dict[int, str] = {c: chr(0x2400 + c) for c in range(0x20) if c not in (0x09, 0x0A)}
+_CONTROLS[0x7F] = "\u2421"  # ␡
+_CONTROLS.update({c: f"\\x{c:02x}" for c in range(0x80, 0xA0)})
+
+
+def neutralize(text: str) -> str:
+    """``text`` safe to print on a terminal: no control a terminal would obey, none dropped.
+
+    ESC becomes ``␛`` (U+241B) and every other C0 control but ``\\n`` and ``\\t`` its Control
+    Picture (``␇``, ``␍``, ...), DEL ``␡``, a C1 control the text ``\\x9b``, a lone surrogate
+    U+FFFD. One character at a time, so a sequence split across stream deltas is caught too.
+    """
+    return clean_text(text).translate(_CONTROLS)
 
 
 def clean_value(value: Any) -> Any:

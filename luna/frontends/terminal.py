@@ -7,10 +7,10 @@ visible instead, one character at a time, so a sequence split across stream delt
 neutralized too.
 
 Invariants:
-- ``neutralize`` output holds no C0 control but ``\\n`` and ``\\t``, no DEL, no C1 control
-  and no lone surrogate: ESC becomes ``␛`` (U+241B) and every other C0 control its Control
-  Picture (``␇``, ``␍``, ...), DEL becomes ``␡``, a C1 control the text ``\\x9b``, a lone
-  surrogate ``U+FFFD``. Nothing is dropped; everything else passes unchanged.
+- ``neutralize`` (owned by ``luna.messages``) leaves no C0 control but ``\\n`` and ``\\t``,
+  no DEL, no C1 control and no lone surrogate: ESC becomes ``␛`` (U+241B), every other C0
+  control its Control Picture (``␇``, ``␍``, ...), DEL ``␡``, a C1 control the text
+  ``\\x9b``, a lone surrogate U+FFFD. Nothing is dropped; everything else passes unchanged.
 - The only escape sequences the REPL writes are the SGR colour codes of :class:`Palette`
   (and the line redraw of a scheduled result), around text that was neutralized first.
 - Colour is off unless the output is a terminal, and off when ``NO_COLOR`` is set (the
@@ -21,16 +21,9 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from luna.messages import clean_text
+from luna.messages import neutralize
 
-_TABLE: dict[int, str] = {c: chr(0x2400 + c) for c in range(0x20) if c not in (0x09, 0x0A)}
-_TABLE[0x7F] = "\u2421"  # ␡
-_TABLE.update({c: f"\\x{c:02x}" for c in range(0x80, 0xA0)})
-
-
-def neutralize(text: str) -> str:
-    """``text`` safe to print: controls shown visibly (see the module docstring)."""
-    return clean_text(text).translate(_TABLE)
+__all__ = ["Palette", "neutralize"]
 
 
 # SGR codes for Luna's own lines; nothing else is ever emitted raw.

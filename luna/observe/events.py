@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from luna.messages import neutralize
+
 turn_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("turn_id", default=None)
 session_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "session_id", default=None
@@ -92,7 +94,8 @@ def _secret_forms(secrets: list[str]) -> list[str]:
 
 
 class _ScrubbingFormatter(logging.Formatter):
-    """Scrubs the whole formatted record: message, traceback and stack alike."""
+    """Scrubs the whole formatted record (message, traceback and stack alike), and shows its
+    control characters instead of letting the terminal obey them (``neutralize``)."""
 
     def __init__(self, fmt: str, secrets: list[str]) -> None:
         super().__init__(fmt)
@@ -102,7 +105,7 @@ class _ScrubbingFormatter(logging.Formatter):
         text = super().format(record)
         for s in self.secrets:
             text = text.replace(s, "***")
-        return text
+        return neutralize(text)
 
 
 def setup(

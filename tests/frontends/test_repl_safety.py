@@ -89,6 +89,7 @@ def test_repl_shows_control_sequences_instead_of_obeying_them(
     error = next(line for line in out.splitlines() if line.startswith("error:"))
     assert "bad key␛]52;c;eA==␇" in error
     assert b"Traceback" not in proc.stderr
+    assert_no_controls(proc.stderr)  # the log lines on the console are shown safely too
 
 
 def _pty_repl(tmp_path: Path, endpoint: str, lines: list[str], **extra: str) -> bytes:
