@@ -35,6 +35,11 @@ TOO_LONG = (
     "This conversation no longer fits the model's context, even with older messages left out "
     "— the newest message alone is too long. Send it in smaller parts, or start a /new session."
 )
+TURN_TOO_LONG = (
+    "This turn's tool calls and results no longer fit the model's context, even with older "
+    "messages left out and big results cut. Ask for less at a time (fewer files, smaller "
+    "outputs), or start a /new session."
+)
 
 
 def digest(message: dict[str, Any]) -> str:
@@ -137,7 +142,9 @@ class ModelCall:
         trimmed = self.fit.shrink(messages, tools, limit)
         self.overflowed = True
         if trimmed is None:
-            raise LLMContextOverflowError(TOO_LONG, n_prompt_tokens=None, n_ctx=limit)
+            tools_ran = len(messages) - turn_start(messages) > 1  # more than the user message
+            text = TURN_TOO_LONG if tools_ran else TOO_LONG
+            raise LLMContextOverflowError(text, n_prompt_tokens=None, n_ctx=limit)
         log_event(
             "context_trimmed",
             reason=reason,

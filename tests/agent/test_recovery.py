@@ -162,6 +162,21 @@ async def test_a_newest_message_too_long_for_any_context_is_one_clear_line(
     assert records and records[0].content.startswith("word word")  # kept in the log
 
 
+async def test_a_turn_whose_tool_results_outgrow_the_context_says_so(
+    agent: Callable[..., Any], llm_server: FakeLLMServer
+) -> None:
+    a = await agent({"llm": {"context_tokens": 2048}})  # ~4,600 chars for the prompt
+    text = "x" * 390
+    calls = [{"name": "echo", "arguments": json.dumps({"text": f"{i} {text}"})} for i in range(12)]
+    llm_server.script(Reply(tool_calls=calls))
+    events = await turn(a, "echo a lot")
+    assert isinstance(events[-1], TurnFailed)
+    assert "tool calls and results no longer fit" in events[-1].message
+    assert "newest message" not in events[-1].message  # the user's message was short
+    llm_server.default = Reply(content="still here")
+    assert (await turn(a, "hello"))[-1].reply == "still here"  # the session goes on
+
+
 async def test_a_message_the_server_refuses_is_found_and_left_out(
     agent: Callable[..., Any], llm_server: FakeLLMServer, tmp_path: Path
 ) -> None:
