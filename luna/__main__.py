@@ -67,6 +67,12 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
         "--session", metavar="ID", help="REPL session id to resume (default: the last one)"
     )
     p.add_argument("--no-embedded", action="store_true", help="never start the embedded demo model")
+    p.add_argument(
+        "--fresh-database",
+        action="store_true",
+        help="start with a new, empty database although the data folder shows one existed "
+        "(the old database files are renamed aside, never deleted)",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

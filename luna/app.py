@@ -22,6 +22,7 @@ from typing import Any
 
 from luna import frontends, observe
 from luna.config import Config, is_llm_endpoint_explicit, secret_values
+from luna.datafolder import InstanceLock
 from luna.frontends import Components, Frontend
 from luna.llm import LLMClient
 from luna.llm.router import LLMRouter
@@ -88,7 +89,8 @@ async def build_components(
 
     memory = Memory(cfg.memory)
     stack.push_async_callback(asyncio.to_thread, EmbeddingProcess.shutdown_all)  # bounded
-    await memory.open()
+    # quick_check first: never write to a damaged file; a lost one is not silently replaced.
+    await memory.open(check=True, fresh=bool(getattr(args, "fresh_database", False)))
     stack.push_async_callback(_with_deadline, memory.close, 30.0, "database")
     if not memory.vector_enabled:
         print(
@@ -157,9 +159,18 @@ async def _serve(frontends: list[Frontend], agent: Any, stop: asyncio.Event, gra
 
 async def run_app(cfg: Config, args: argparse.Namespace, mode: str = "auto") -> int:
     """Run Luna until EOF, /quit, SIGTERM or SIGINT."""
-    cfg.agent.workspace.mkdir(parents=True, exist_ok=True)
     names = frontends.chosen(cfg, mode)
     frontends.check(names, cfg)
+    instance = InstanceLock(cfg.data_dir)  # one Luna per data folder (luna.datafolder)
+    await asyncio.to_thread(instance.acquire, "+".join(names))
+    try:
+        return await _run(cfg, args, names)
+    finally:
+        instance.release()
+
+
+async def _run(cfg: Config, args: argparse.Namespace, names: list[str]) -> int:
+    cfg.agent.workspace.mkdir(parents=True, exist_ok=True)
     observe.setup(
         cfg.observe.log_dir,
         level=cfg.observe.level,

@@ -13,6 +13,10 @@ line for any of them and log the traceback for the operator::
     ├── ToolError          a tool could not run (shown to the model as a result)
     ├── MCPError           an MCP server could not start or answer
     ├── MemoryStoreError   the database or embedding model failed
+    │   ├── DatabaseBusyError     another program held the write lock past the wait
+    │   ├── DatabaseCorruptError  the file is damaged or not a database: Luna stops writing
+    │   └── DatabaseMissingError  the database is gone (or empty) where one existed
+    ├── DataFolderInUseError  another Luna process runs on this data folder
     └── ScheduleError      a scheduler request that cannot be done (a bad time, no right)
 
 Dependencies' exceptions are translated once, where the dependency is owned, with
@@ -68,6 +72,26 @@ class MCPError(LunaError):
 
 class MemoryStoreError(LunaError):
     """The session log / memory database or the embedding model failed."""
+
+
+class DatabaseBusyError(MemoryStoreError):
+    """Another program held the database's write lock for longer than Luna waits."""
+
+
+class DatabaseCorruptError(MemoryStoreError):
+    """The database file is damaged (a bad page) or not a database; nothing more is written."""
+
+
+class DatabaseMissingError(MemoryStoreError):
+    """The database is missing or empty although the data folder shows one existed."""
+
+
+class DataFolderInUseError(LunaError):
+    """Another Luna process (daemon, REPL or web) runs on this data folder."""
+
+    def __init__(self, message: str, *, pid: int | None) -> None:
+        super().__init__(message)
+        self.pid = pid
 
 
 class ScheduleError(LunaError):

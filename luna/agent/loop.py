@@ -46,7 +46,7 @@ from luna.agent.recovery import ModelCall
 from luna.agent.subagent import WRAP_UP_NOTE, TurnBudget, run_subagent
 from luna.config import Config
 from luna.config.timezone import zone_for
-from luna.errors import LLMError, LunaError
+from luna.errors import DatabaseBusyError, DatabaseCorruptError, LLMError, LunaError
 from luna.llm.client import RequestRecorder
 from luna.llm.stream import Progress
 from luna.memory import format_recall
@@ -203,6 +203,12 @@ class Agent:
                 error = "turn_timeout"
                 emit(TurnFailed("That took too long and was stopped. Try a smaller request."))
             except LLMError as e:
+                error = type(e).__name__
+                log.warning("turn failed: %s", e)
+                emit(TurnFailed(str(e)))
+            except (DatabaseBusyError, DatabaseCorruptError) as e:
+                # The database, not a bug: one line for the user (the message is kept, it
+                # says where), no traceback on the terminal.
                 error = type(e).__name__
                 log.warning("turn failed: %s", e)
                 emit(TurnFailed(str(e)))

@@ -125,6 +125,11 @@ async def set_config(args: argparse.Namespace, cfg: Config) -> int:
     print(f"{args.key} = {value!r} written to {path}")
     if backup is not None:
         print(f"previous file kept as {backup.name}")
+    from luna.datafolder import running_pid
+
+    pid = running_pid(cfg.data_dir)  # safe to write beside it; it reads the file only at start
+    if pid is not None:
+        print(f"note: Luna is running on this data folder (pid {pid}): restart it to use this")
     return 0
 
 

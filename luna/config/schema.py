@@ -127,6 +127,9 @@ class MemoryConfig(Section):
     retain_messages: Annotated[int, Field(ge=0, le=10_000)] = 12
     fact_importance_threshold: Annotated[int, Field(ge=1, le=10)] = 3
     dedup_similarity: Annotated[float, Field(ge=0, le=1)] = 0.9
+    # Seconds a write waits for another program holding the database's write lock (then the
+    # message is held in a file and written when the lock frees; luna.memory.held).
+    lock_wait: Annotated[float, Field(ge=0, le=3600)] = 20.0
 
 
 class AgentConfig(Section):

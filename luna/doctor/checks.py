@@ -4,7 +4,8 @@ One line per check (✓ ok, ✗ failed, ⚠ degraded but usable, – skipped) an
 line under each ✗ and ⚠. Checks: config; LLM endpoint reachable, model alias served, context
 size from ``/props``, a tool-call probe, reasoning format; embeddings load (ONNX export or
 torch, and why) and which recall mode served recent turns (from the event log); SQLite FTS5 and
-sqlite-vec; schema version; bubblewrap; each MCP server starts and lists tools; Discord token
+sqlite-vec; the database (quick_check, a lost file, the running Luna, backups, held messages);
+schema version; bubblewrap; each MCP server starts and lists tools; Discord token
 shape; free disk for the data folder.
 
 Invariants:
@@ -33,6 +34,7 @@ from typing import Any
 
 from luna.config import Config
 from luna.config.secrets import discord_bot_id, discord_token_problem
+from luna.doctor.database import check_database
 from luna.doctor.llm import check_llm
 from luna.doctor.result import CheckResult, fail, in_thread, ok, skipped
 
@@ -41,6 +43,7 @@ GROUP_TIMEOUTS = {
     "llm": 300.0,
     "embeddings": 180.0,
     "sqlite": 30.0,
+    "database": 300.0,  # quick_check reads every page: seconds for a large database
     "schema": 30.0,
     "sandbox": 30.0,
     "mcp": 120.0,
@@ -179,8 +182,8 @@ def _schema_state(cfg: Config) -> CheckResult:
 
     path = cfg.memory.db_path
     known = [name for name, _ in MIGRATIONS]
-    if not path.exists():
-        return ok("schema", f"{path} not created yet; first start creates it ({known[-1]})")
+    if not path.exists() or path.stat().st_size == 0:
+        return ok("schema", f"no database yet: a new one gets {known[-1]} (see `database`)")
     conn = db.connect(path, load_vec=False)
     try:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -224,7 +227,8 @@ async def check_schema(cfg: Config) -> list[CheckResult]:
             fail(
                 "schema",
                 f"cannot read {cfg.memory.db_path}: {e}",
-                "check the file's owner and permissions; restore from backup if it is corrupt",
+                "check the file's owner and permissions; if it is damaged, see the database "
+                "check (`luna db recover`, `luna restore`)",
             )
         ]
 
@@ -354,6 +358,7 @@ CHECKS: list[tuple[str, Check]] = [
     ("llm", check_llm),
     ("embeddings", check_embeddings),
     ("sqlite", check_sqlite),
+    ("database", check_database),
     ("schema", check_schema),
     ("sandbox", check_sandbox),
     ("mcp", check_mcp),

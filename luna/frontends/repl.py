@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from luna.errors import LunaError
 from luna.frontends.terminal import Palette, neutralize
 from luna.messages import (
     InboundMessage,
@@ -287,8 +288,11 @@ class Repl:
                 if not line:
                     continue
                 if line.startswith("/"):
-                    if await self._command(line):
-                        break
+                    try:
+                        if await self._command(line):
+                            break
+                    except LunaError as e:  # e.g. the database is busy or damaged: one line
+                        self.paint("error", f"error: {e}\n")
                     continue
                 self._turn = asyncio.create_task(self._run_turn(line))
                 try:

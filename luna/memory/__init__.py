@@ -19,6 +19,11 @@ Invariants:
 - FTS-only operation (sqlite-vec missing or the embedding model failing) is logged as a
   warning at start-up, in ``vector_enabled``/``vector_error`` and by ``luna doctor``; it is
   never silent.
+- Every write waits for another program's write lock with bounded backoff, and a message that
+  still cannot be written is held, never lost (:mod:`luna.memory.writes`).
+- ``open`` refuses a missing or empty database where the data folder shows one existed, unless
+  ``fresh``, and with ``check`` a file that fails ``PRAGMA quick_check``
+  (:mod:`luna.memory.health`): never a silent fresh start, never a write to a damaged file.
 """
 
 from __future__ import annotations
@@ -29,16 +34,19 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from luna import datafolder
 from luna.config import MemoryConfig
-from luna.errors import MemoryStoreError
-from luna.memory import facts, session_log
+from luna.errors import DatabaseBusyError, DatabaseCorruptError, MemoryStoreError
+from luna.memory import facts, health, session_log
 from luna.memory.embed_worker import EmbeddingProcess
 from luna.memory.embeddings import Embedder, LoadInfo
 from luna.memory.encoder import Encoder
+from luna.memory.held import HeldMessages
 from luna.memory.indexer import FLUSH_BATCH, Indexer, index_batch
 from luna.memory.query import plan_query
 from luna.memory.search import MAX_K, RecallItem, format_recall, hybrid_search, keyword_hits
 from luna.memory.store import Store
+from luna.memory.writes import WriteGate
 from luna.messages import LoggedMessage, Usage
 from luna.observe import Timer, log_event
 
@@ -74,6 +82,7 @@ class Memory:
         self._background = False
         self._syncing: asyncio.Task[None] | None = None
         self._sync_again = False
+        self.writes = WriteGate(cfg.lock_wait, HeldMessages(datafolder.held_file(cfg.db_path)))
 
     @property
     def embedder(self) -> Embedder:
@@ -102,25 +111,36 @@ class Memory:
         allow_model_change: bool = False,
         background: bool = True,
         use_vectors: bool = True,
+        check: bool = False,
+        fresh: bool = False,
     ) -> None:
         """Connect, migrate, check the embedding model record, start the background work.
 
         ``allow_model_change`` skips the model check (used by ``reindex``); ``background=False``
         starts no indexer and no warm-up, and recall waits for the model (one-shot CLI commands
         call :meth:`flush_index` themselves); ``use_vectors=False`` runs FTS-only as if
-        sqlite-vec were missing.
+        sqlite-vec were missing. ``check`` runs ``PRAGMA quick_check`` first (the running app
+        does); ``fresh`` starts an empty database where one existed (``--fresh-database``).
         """
+        await asyncio.to_thread(health.check_present, self.cfg.db_path, fresh=fresh)
+        if check:
+            await asyncio.to_thread(health.check_sound, self.cfg.db_path)
         store = await asyncio.to_thread(Store, self.cfg.db_path, load_vec=use_vectors)
         try:
-            await asyncio.to_thread(store.migrate)
+            await self.writes.run(store, store.migrate)
             if not allow_model_change:
-                await asyncio.to_thread(
-                    store.check_embedding_model, self.cfg.embedding_model, self.cfg.embedding_dim
+                await self.writes.run(
+                    store,
+                    store.check_embedding_model,
+                    self.cfg.embedding_model,
+                    self.cfg.embedding_dim,
                 )
         except BaseException:
             await asyncio.to_thread(store.close)
             raise
         self._store = store
+        if self.writes.held.pending:  # left by a run that could not write them
+            self.writes.retry_held(store)
         self.vector_enabled = store.vector_enabled
         self.vector_error = store.vector_error
         if not self.vector_enabled:
@@ -138,6 +158,7 @@ class Memory:
             self._indexer.start()
 
     async def close(self) -> None:
+        await self.writes.close(self._store)
         if self._indexer is not None:
             await self._indexer.stop()
             self._indexer = None
@@ -174,6 +195,9 @@ class Memory:
         return await self.encoder.encode(texts, is_query=is_query)
 
     def _embedding_failed(self, exc: MemoryStoreError) -> None:
+        if isinstance(exc, DatabaseBusyError | DatabaseCorruptError):
+            log.warning("memory: vectors wait for the database: %s", exc)
+            return  # not the model's fault: the indexer tries again later
         if self.encoder.failed(exc):
             return  # a dead worker: restarting in the background, keyword-only meanwhile
         self.vector_enabled = False
@@ -214,19 +238,17 @@ class Memory:
         returns. How each kind of message is made to survive power loss, and when, is
         :mod:`luna.memory.session_log`'s rule: a user's message before this returns, a turn's
         final reply by a sync started here in the background."""
-        message_id = await asyncio.to_thread(
-            session_log.append_message,
-            self.store,
-            session_id,
-            message,
-            context=context,
-            usage=usage,
-            scope=scope,
+        message_id = await self.writes.append(
+            self.store, session_id, message, context=context, usage=usage, scope=scope
         )
         if session_log.ends_turn(message):
             self._sync_soon()
         self._wake_indexer()
         return message_id
+
+    async def _write(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """A write that waits for another program's lock (:class:`WriteGate`)."""
+        return await self.writes.run(self.store, fn, *args, **kwargs)
 
     def _sync_soon(self) -> None:
         """fsync the log in the background (one task; a request while it runs runs it again)."""
@@ -241,7 +263,7 @@ class Memory:
 
     async def set_context(self, message_id: int, context: str) -> None:
         """Attach the per-turn context to an already logged user message (once)."""
-        await asyncio.to_thread(session_log.set_context, self.store, message_id, context)
+        await self._write(session_log.set_context, self.store, message_id, context)
 
     async def prompt_history(self, session_id: str) -> tuple[str | None, list[LoggedMessage]]:
         """(cumulative summary or None, the messages after the compaction cut, as stored)."""
@@ -253,9 +275,7 @@ class Memory:
 
     async def set_summary(self, session_id: str, text: str, cut_message_id: int) -> None:
         """Replace the session's cumulative summary and move its (soft) compaction cut."""
-        await asyncio.to_thread(
-            session_log.set_summary, self.store, session_id, text, cut_message_id
-        )
+        await self._write(session_log.set_summary, self.store, session_id, text, cut_message_id)
         self._wake_indexer()
 
     async def session_scope(self, session_id: str) -> str:
@@ -305,8 +325,9 @@ class Memory:
             )
             try:
                 keywords = await asyncio.to_thread(
-                    keyword_hits, self.store, query, scope=scope, k=k, plan=plan
-                )
+                    self.store.checked, keyword_hits, self.store, query, scope=scope, k=k,
+                    plan=plan,
+                )  # fmt: skip
                 qvec = await embedding if embedding is not None else None
             finally:
                 if embedding is not None and not embedding.done():
@@ -318,6 +339,7 @@ class Memory:
                 _, cut = await self.summary(session_id)
                 exclude = (session_id, cut)
             items = await asyncio.to_thread(
+                self.store.checked,
                 hybrid_search,
                 self.store,
                 query,
@@ -396,24 +418,24 @@ class Memory:
         self, records: list[dict[str, Any]], vecs: Any
     ) -> tuple[list[int], int]:
         with Timer() as t:
-            ids, skipped = await asyncio.to_thread(facts.insert_memories, self.store, records, vecs)
+            ids, skipped = await self._write(facts.insert_memories, self.store, records, vecs)
         log_event("memory_op", op="add", duration_ms=round(t.ms, 2), count=len(ids))
         return ids, skipped
 
     async def forget(self, memory_id: int) -> bool:
         """Delete a memory (and its index rows); False when there is no such memory."""
-        found = await asyncio.to_thread(self.store.forget_memory, memory_id)
+        found = await self._write(self.store.forget_memory, memory_id)
         log_event("memory_op", op="forget", count=int(found))
         return found
 
     async def supersede(self, old_id: int, new_id: int) -> None:
         """Mark memory ``old_id`` as replaced by ``new_id``."""
-        await asyncio.to_thread(self.store.supersede_memory, old_id, new_id)
+        await self._write(self.store.supersede_memory, old_id, new_id)
         log_event("memory_op", op="supersede", count=1)
 
     async def touch_memory(self, memory_id: int, importance: int | None = None) -> None:
         """Note that a fact was restated (near-duplicate): bump updated_at, keep max importance."""
-        await asyncio.to_thread(self.store.touch_memory, memory_id, importance or 1)
+        await self._write(self.store.touch_memory, memory_id, importance or 1)
 
     async def list_memories(self, *, scope: str | None = None, limit: int = 50) -> list[dict]:
         """Newest memories first (all scopes when ``scope`` is None)."""

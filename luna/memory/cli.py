@@ -11,6 +11,10 @@ Invariants:
 - ``search -k`` is clamped to :data:`~luna.memory.search.MAX_K` with a note; a ``--batch``
   file that is not UTF-8 text is one line, never a traceback.
 - Output for machines (``--json``) is one JSON object per line.
+- Beside a running Luna (``luna.datafolder``): reading commands and ``add``/``import``/
+  ``forget`` go through (WAL lets one process write while others read, a busy database is
+  waited for, and the running Luna sees the change at its next query); ``reindex`` refuses,
+  because it drops every vector under the running Luna's indexer.
 """
 
 from __future__ import annotations
@@ -198,6 +202,16 @@ async def stats_cmd(args: argparse.Namespace, cfg: Config) -> int:
 
 async def reindex_cmd(args: argparse.Namespace, cfg: Config) -> int:
     from tqdm import tqdm
+
+    from luna.datafolder import running_pid
+
+    pid = await asyncio.to_thread(running_pid, cfg.data_dir)
+    if pid is not None:  # it drops every vector under the running Luna's indexer
+        print(
+            f"memory reindex: Luna is running on this data folder (pid {pid}); stop it first",
+            file=sys.stderr,
+        )
+        return 1
 
     async with open_memory(cfg, allow_model_change=True) as mem:
         total = await mem.count_docs()

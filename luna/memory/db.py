@@ -15,6 +15,10 @@ Invariants:
   level and as a ``memory_op`` event, and ``conn.vector_enabled`` is False; it never fails
   silently. :func:`check_features` reports the same facts for ``luna doctor``.
 - Connections are plain blocking objects: async callers use them via ``asyncio.to_thread``.
+- SQLite's errors are told apart by their result code (``sqlite_errorcode``), never by their
+  text: :func:`is_busy` (another connection holds the lock) and :func:`is_damage` (a corrupt
+  page, or a file that is not a database). :func:`damage_error` words the one line a damaged
+  database gets everywhere, with what to do next.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from luna.errors import MemoryStoreError
+from luna.errors import DatabaseCorruptError, MemoryStoreError
 from luna.observe import log_event
 
 try:  # pragma: no branch - import shape depends on the platform
@@ -34,6 +38,13 @@ except ImportError:  # pragma: no cover - non-Linux fallback; may lack extension
 log = logging.getLogger(__name__)
 
 DEFAULT_BUSY_TIMEOUT_S = 10.0
+# SQLite primary result codes (https://sqlite.org/rescode.html); extended codes share them in
+# their low byte.
+SQLITE_BUSY = 5
+SQLITE_LOCKED = 6
+SQLITE_CORRUPT = 11
+SQLITE_NOTADB = 26
+NOT_A_DATABASE = "file is not a database"  # what quick_check reports for SQLITE_NOTADB
 
 Error = sqlite3.Error
 IntegrityError = sqlite3.IntegrityError
@@ -60,6 +71,36 @@ class DBFeatures:
     @property
     def vector_enabled(self) -> bool:
         return self.sqlite_vec is not None
+
+
+def error_code(exc: BaseException) -> int:
+    """The primary SQLite result code of ``exc`` (0 when it carries none)."""
+    return (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF
+
+
+def is_busy(exc: BaseException) -> bool:
+    """Another connection (maybe another program) holds the lock this call needed."""
+    return error_code(exc) in (SQLITE_BUSY, SQLITE_LOCKED)
+
+
+def is_damage(exc: BaseException) -> bool:
+    """The file has a corrupt page, or is not a SQLite database at all."""
+    return error_code(exc) in (SQLITE_CORRUPT, SQLITE_NOTADB)
+
+
+def damage_error(path: Path | str, exc: BaseException | str) -> DatabaseCorruptError:
+    """The one line for a damaged database: what happened and the two ways back."""
+    path = Path(path)
+    not_a_db = exc == NOT_A_DATABASE or (
+        not isinstance(exc, str) and error_code(exc) == SQLITE_NOTADB
+    )
+    what = "is not a SQLite database" if not_a_db else f"is damaged ({exc})"
+    backups = path.parent / "backups"
+    return DatabaseCorruptError(
+        f"the database {path} {what}; Luna will not write to it. Salvage what is readable "
+        f"with `luna db recover`, or go back to a backup with `luna restore FILE` (with Luna "
+        f"stopped; backups are in {backups})"
+    )
 
 
 def _load_vec(conn: Connection) -> None:
@@ -104,7 +145,11 @@ def connect(
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = ON")
-    except (sqlite3.Error, OSError) as exc:
+    except sqlite3.Error as exc:
+        if is_damage(exc):
+            raise damage_error(path, exc) from exc
+        raise MemoryStoreError(f"cannot open database {path}: {exc}") from exc
+    except OSError as exc:
         raise MemoryStoreError(f"cannot open database {path}: {exc}") from exc
     if load_vec:
         _load_vec(conn)
@@ -135,3 +180,20 @@ def check_features() -> DBFeatures:
         )
     finally:
         conn.close()
+
+
+def quick_check(path: Path | str) -> list[str]:
+    """``PRAGMA quick_check`` of the file at ``path`` on a connection of its own: the problems
+    it lists (empty when the file is sound). A file that is not a database is one problem."""
+    try:
+        conn = sqlite3.connect(str(path), timeout=DEFAULT_BUSY_TIMEOUT_S, factory=Connection)
+    except sqlite3.Error as exc:
+        return [NOT_A_DATABASE if error_code(exc) == SQLITE_NOTADB else str(exc)]
+    try:
+        rows = conn.execute("PRAGMA quick_check").fetchall()
+    except sqlite3.Error as exc:
+        return [NOT_A_DATABASE if error_code(exc) == SQLITE_NOTADB else str(exc)]
+    finally:
+        conn.close()
+    problems = [str(r[0]) for r in rows]
+    return [] if problems == ["ok"] else problems

@@ -66,8 +66,31 @@ def append_message(
     context: str | None = None,
     usage: Usage | None = None,
     scope: str = "owner",
+    created: str | None = None,
 ) -> int:
-    """Append one OpenAI-style message (durably if :func:`is_handed_over`); returns its id."""
+    """Append one OpenAI-style message (durably if :func:`is_handed_over`); returns its id.
+
+    ``created`` (UTC ISO 8601) is when it was given, for a message held while the database
+    could not take it (:mod:`luna.memory.held`); default now."""
+    with store.transaction(durable=is_handed_over(message)) as conn:
+        return insert_message(
+            store, conn, session_id, message, context=context, usage=usage, scope=scope,
+            created=created,
+        )  # fmt: skip
+
+
+def insert_message(
+    store: Store,
+    conn: Any,
+    session_id: str,
+    message: dict[str, Any],
+    *,
+    context: str | None = None,
+    usage: Usage | None = None,
+    scope: str = "owner",
+    created: str | None = None,
+) -> int:
+    """:func:`append_message`'s rows, inside the caller's transaction ``conn``."""
     message = clean_value(message)  # undecodable input is stored visibly replaced, never lost
     role = message.get("role")
     if role not in ROLES:
@@ -78,37 +101,36 @@ def append_message(
             p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"
         )
     reasoning = message.get("reasoning_content") or None
-    created = now_iso()
-    with store.transaction(durable=is_handed_over(message)) as conn:
-        conn.execute(
-            "INSERT OR IGNORE INTO sessions (id, scope, created_at) VALUES (?, ?, ?)",
-            (session_id, scope, created),
-        )
-        cur = conn.execute(
-            """INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, name,
-                   context, scope, created_at, prompt_tokens, completion_tokens, total_tokens,
-                   cached_tokens, reasoning)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-            (
-                session_id,
-                role,
-                content,
-                _tool_calls_json(message),
-                message.get("tool_call_id"),
-                message.get("name"),
-                context,
-                scope,
-                created,
-                usage.prompt_tokens if usage else None,
-                usage.completion_tokens if usage else None,
-                usage.total_tokens if usage else None,
-                usage.cached_tokens if usage else None,
-                reasoning if isinstance(reasoning, str) else None,
-            ),
-        )
-        message_id = int(cur.lastrowid)
-        if role in ("user", "assistant") and content.strip():
-            store.index_doc(conn, "message", message_id, scope, created, content, thread=session_id)
+    created = created or now_iso()
+    conn.execute(
+        "INSERT OR IGNORE INTO sessions (id, scope, created_at) VALUES (?, ?, ?)",
+        (session_id, scope, created),
+    )
+    cur = conn.execute(
+        """INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, name,
+               context, scope, created_at, prompt_tokens, completion_tokens, total_tokens,
+               cached_tokens, reasoning)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+        (
+            session_id,
+            role,
+            content,
+            _tool_calls_json(message),
+            message.get("tool_call_id"),
+            message.get("name"),
+            context,
+            scope,
+            created,
+            usage.prompt_tokens if usage else None,
+            usage.completion_tokens if usage else None,
+            usage.total_tokens if usage else None,
+            usage.cached_tokens if usage else None,
+            reasoning if isinstance(reasoning, str) else None,
+        ),
+    )
+    message_id = int(cur.lastrowid)
+    if role in ("user", "assistant") and content.strip():
+        store.index_doc(conn, "message", message_id, scope, created, content, thread=session_id)
     return message_id
 
 

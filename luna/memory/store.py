@@ -14,6 +14,11 @@ Invariants:
   refused with a message that says to run ``luna memory reindex``.
 - All access goes through one connection guarded by a lock; callers run these blocking methods
   in a worker thread (``asyncio.to_thread``).
+- SQLite's errors are translated here, once: a write that cannot get the lock raises
+  DatabaseBusyError (after ``busy_timeout``, or the shorter wait a caller set for its thread
+  with :meth:`Store.waiting`); a corrupt page or a file that is not a database raises
+  DatabaseCorruptError and marks the store ``damaged``: from then on every write is refused
+  before it starts, so Luna never appends to a damaged file.
 - Durability: every commit survives ``kill -9`` (see :mod:`luna.memory.db`). A
   ``transaction(durable=True)`` (the default) also survives power loss once it returns: it
   commits with ``synchronous=FULL``, one fsync of the WAL, which also covers every commit before
@@ -31,10 +36,11 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from luna.errors import MemoryStoreError
+from luna.errors import DatabaseBusyError, MemoryStoreError
 from luna.memory import db
 from luna.memory.migrations import MIGRATIONS, Migration
 from luna.memory.vector_index import RAM_INDEX_MIN_DOCS, VectorIndex
@@ -66,10 +72,55 @@ class Store:
         self._doc_count: int | None = None  # docs rows, counted once then kept in step
         self._speakers: dict[str, list[str]] = {}
         self._ram_index: dict[str, VectorIndex | None] = {}
+        self._data_version: int | None = None
+        self.damaged = ""  # why the file is known to be damaged; then nothing is written
+        self._waits = threading.local()  # per thread: the busy wait of its next write
+
+    def _see_other_writers(self) -> None:
+        """Drop the caches (doc count, speakers, RAM vector index) when another connection
+        committed since the last look (``PRAGMA data_version``): a ``luna memory add`` beside
+        the running Luna. Call with the lock held."""
+        version = self.conn.execute("PRAGMA data_version").fetchone()[0]
+        if version != self._data_version:
+            self._data_version = version
+            self._ram_index.clear()
+            self._doc_count = None
+            self._speakers.clear()
 
     def close(self) -> None:
         with self.lock:
             self.conn.close()
+
+    @contextlib.contextmanager
+    def translated(self) -> Iterator[None]:
+        """Turn SQLite's busy and damage errors into Luna's (see the module invariants)."""
+        try:
+            yield
+        except db.Error as exc:
+            if db.is_damage(exc):
+                self.damaged = self.damaged or str(exc)
+                log_event("memory_op", op="damaged", error=str(exc))
+                raise db.damage_error(self.path, exc) from exc
+            if db.is_busy(exc):
+                raise DatabaseBusyError(
+                    f"another program holds the write lock of {self.path}"
+                ) from exc
+            raise
+
+    def checked(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        """``fn(*args, **kw)`` with SQLite's errors translated: for readers that use ``conn``
+        directly (search)."""
+        with self.translated():
+            return fn(*args, **kw)
+
+    def waiting(self, seconds: float, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        """``fn(*args, **kw)`` in this thread with each write waiting at most ``seconds`` for
+        another connection's lock (then DatabaseBusyError) instead of ``busy_timeout``."""
+        self._waits.seconds = seconds
+        try:
+            return fn(*args, **kw)
+        finally:
+            self._waits.seconds = None
 
     @contextlib.contextmanager
     def transaction(self, *, durable: bool = True) -> Iterator[db.Connection]:
@@ -77,16 +128,23 @@ class Store:
 
         ``durable``: the commit fsyncs the WAL (survives power loss, and makes every earlier
         commit survive it too); otherwise it survives ``kill -9`` only, until the next sync.
+        Refused (DatabaseCorruptError) once the store is ``damaged``.
         """
-        with self.lock:
+        wait = getattr(self._waits, "seconds", None)
+        with self.lock, self.translated():
+            if self.damaged:
+                raise db.damage_error(self.path, self.damaged)
+            if wait is not None:
+                self.conn.execute(f"PRAGMA busy_timeout = {max(1, int(wait * 1000))}")
             if durable:  # the level may only change outside a transaction
                 self.conn.execute("PRAGMA synchronous = FULL")
             try:
-                self.conn.execute("BEGIN IMMEDIATE")
+                self.conn.execute("BEGIN IMMEDIATE")  # busy: DatabaseBusyError (translated)
                 try:
                     yield self.conn
                 except BaseException:
-                    self.conn.execute("ROLLBACK")
+                    if self.conn.in_transaction:  # SQLite may have rolled back already
+                        self.conn.execute("ROLLBACK")
                     self._ram_index.clear()  # it may hold writes that were just undone
                     self._doc_count = None
                     raise
@@ -94,6 +152,9 @@ class Store:
             finally:
                 if durable:
                     self.conn.execute("PRAGMA synchronous = NORMAL")
+                if wait is not None:
+                    busy_ms = int(db.DEFAULT_BUSY_TIMEOUT_S * 1000)
+                    self.conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
             self.has_unsynced = not durable
 
     def sync(self) -> bool:
@@ -114,13 +175,13 @@ class Store:
         return True
 
     def query(self, sql: str, params: tuple | list | dict = ()) -> list[tuple]:
-        with self.lock:
+        with self.lock, self.translated():
             return self.conn.execute(sql, params).fetchall()
 
     # ---- migrations ------------------------------------------------------------------
 
     def applied_migrations(self) -> list[str]:
-        with self.lock:
+        with self.lock, self.translated():
             self.conn.execute(
                 "CREATE TABLE IF NOT EXISTS _migrations "
                 "(name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)"
@@ -282,9 +343,10 @@ class Store:
                 self._doc_count -= 1
 
     def doc_count(self) -> int:
-        """Searchable docs, counted once, then kept in step by this store's writes (another
-        process's writes are seen at the next open)."""
+        """Searchable docs, counted once, then kept in step by this store's writes (and
+        counted again after another process's)."""
         with self.lock:
+            self._see_other_writers()
             if self._doc_count is None:
                 self._doc_count = int(self.conn.execute("SELECT count(*) FROM docs").fetchone()[0])
             return self._doc_count
@@ -292,6 +354,7 @@ class Store:
     def speakers(self, scope: str) -> list[str]:
         """Distinct speaker names recorded in ``scope`` (cached until a new one is indexed)."""
         with self.lock:
+            self._see_other_writers()
             if scope not in self._speakers:
                 rows = self.conn.execute(
                     "SELECT DISTINCT speaker FROM docs WHERE scope = ? AND speaker IS NOT NULL",
@@ -353,6 +416,7 @@ class Store:
     def ram_index(self, scope: str) -> VectorIndex | None:
         """The numpy mirror of a large scope's vectors (None for small scopes)."""
         with self.lock:
+            self._see_other_writers()
             if scope not in self._ram_index:
                 n = self.conn.execute(
                     "SELECT count(*) FROM docs WHERE scope = ? AND embedded = 1", (scope,)

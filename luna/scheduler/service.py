@@ -8,8 +8,8 @@ Job: :class:`SchedulerService` is built by ``app`` after the agent. It exposes `
 Invariants:
 - One scheduler per database: only the process holding ``<data>/scheduler.lock`` (an
   ``flock``, released by the kernel when the process dies, ``kill -9`` included) fires
-  tasks. Another Luna process (a REPL next to the Discord service) still adds tasks and
-  shows the deliveries for its own front-ends, and takes the lease over when it frees up.
+  tasks. Only one Luna runs per data folder (``luna.datafolder``), but ``luna schedule``
+  commands still add and change tasks beside it; the lease keeps the firing in one place.
 - On taking the lease, runs left ``running`` by a dead holder are recorded interrupted (never
   rerun) and the heartbeat task is made to match the configuration.
 - The loop sleeps until the next due time or ``scheduler.poll_interval``, whichever is

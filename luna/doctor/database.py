@@ -1,0 +1,108 @@
+"""``luna doctor``'s database checks: is it there, is it sound, who runs on it, its backups.
+
+Invariants:
+- Nothing here writes: ``PRAGMA quick_check`` runs on a connection of its own, and a missing
+  database is reported, never created.
+- A database that fails ``quick_check`` is ✗ with the fix (``luna db recover``, then
+  ``luna restore``; or the newest backup); a missing or empty one where the data folder shows
+  one existed is ✗ too (the same signs ``Memory.open`` refuses on).
+- Blocking work runs in the doctor's worker thread (``in_thread``).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from luna import datafolder
+from luna.config import Config
+from luna.doctor.result import CheckResult, fail, in_thread, ok
+from luna.memory import db
+
+BACKUP_WARN_DAYS = 2.0
+
+
+def _soundness(path: Path) -> CheckResult:
+    name = "database"
+    if not path.exists() or path.stat().st_size == 0:
+        signs = datafolder.database_signs(path)
+        state = "is empty (0 bytes)" if path.exists() else "is missing"
+        if not signs:
+            return ok(name, f"{path} not created yet; the first start creates it")
+        newest = datafolder.newest_backup(path)
+        fix = f"luna restore {newest}" if newest else "put the file back if it was moved"
+        return fail(
+            name,
+            f"{path} {state}, but the data folder shows one existed ({', '.join(signs)})",
+            f"{fix}; or start over deliberately: luna --fresh-database",
+        )
+    started = time.monotonic()
+    problems = db.quick_check(path)
+    took = (time.monotonic() - started) * 1000
+    if problems:
+        newest = datafolder.newest_backup(path)
+        back = f"; or go back to the newest backup: luna restore {newest}" if newest else ""
+        shown = "not a SQLite database" if problems == [db.NOT_A_DATABASE] else (
+            f"fails PRAGMA quick_check: {problems[0]}"
+            + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else "")
+        )  # fmt: skip
+        return fail(
+            name,
+            f"{path} {shown}; Luna will not write to it",
+            "stop Luna, salvage what is readable into a new file with `luna db recover`, then "
+            f"`luna restore` that file{back}",
+        )
+    size = path.stat().st_size / 1024**2
+    return ok(name, f"{path}: {size:.1f} MB, quick_check ok ({took:.0f} ms)")
+
+
+def _instance(cfg: Config) -> CheckResult:
+    pid = datafolder.running_pid(cfg.data_dir)
+    if pid is None:
+        return ok("running Luna", f"none on {cfg.data_dir}")
+    return ok("running Luna", f"pid {pid or 'unknown'} holds {cfg.data_dir} (a second is refused)")
+
+
+def _backups(cfg: Config) -> CheckResult:
+    path = cfg.memory.db_path
+    newest = datafolder.newest_backup(path)
+    keep = cfg.memory.backups_keep
+    auto = f"daily, {keep} kept" if keep else "automatic backups off (memory.backups_keep = 0)"
+    if newest is None:
+        if not path.exists() or path.stat().st_size == 0:
+            return ok("backups", f"none yet ({auto})")
+        return fail(
+            "backups",
+            f"no backup in {datafolder.backups_dir(path)} yet ({auto})",
+            "run `luna backup` now" + ("" if keep else "; set memory.backups_keep to 7"),
+            essential=False,
+        )
+    age_days = (time.time() - newest.stat().st_mtime) / 86_400
+    detail = f"newest {newest.name}, {age_days:.1f} days old ({auto})"
+    if age_days > BACKUP_WARN_DAYS:
+        return fail("backups", detail, "run `luna backup`; is Luna running?", essential=False)
+    return ok("backups", detail)
+
+
+def _held(cfg: Config) -> CheckResult | None:
+    held = datafolder.held_file(cfg.memory.db_path)
+    if not held.exists():
+        return None
+    count = sum(1 for line in held.read_bytes().split(b"\n") if line.strip())
+    return fail(
+        "held messages",
+        f"{count} message(s) in {held} are not in the database yet",
+        "they are written when the database takes writes again (at the next start of a "
+        "sound database, or as soon as another program frees its lock)",
+        essential=False,
+    )
+
+
+def _all(cfg: Config) -> list[CheckResult]:
+    results = [_soundness(cfg.memory.db_path), _instance(cfg), _backups(cfg)]
+    held = _held(cfg)
+    return results + ([held] if held else [])
+
+
+async def check_database(cfg: Config) -> list[CheckResult]:
+    return await in_thread(_all, cfg)
