@@ -20,6 +20,7 @@ from luna.errors import ConfigError, LunaError
 _COMMAND_MODULES = (
     "luna.config.cli",
     "luna.memory.cli",
+    "luna.memory.db_cli",
     "luna.mcp.cli",
     "luna.doctor.checks",
     "luna.doctor.replay",

@@ -82,6 +82,7 @@ async def build_components(
     from luna.agent import Agent
     from luna.mcp.manager import MCPManager
     from luna.memory import Memory
+    from luna.memory.backup import DailyBackups
     from luna.memory.embed_worker import EmbeddingProcess
     from luna.memory.librarian import Librarian
     from luna.memory.request_log import RequestLog
@@ -92,6 +93,9 @@ async def build_components(
     # quick_check first: never write to a damaged file; a lost one is not silently replaced.
     await memory.open(check=True, fresh=bool(getattr(args, "fresh_database", False)))
     stack.push_async_callback(_with_deadline, memory.close, 30.0, "database")
+    backups = DailyBackups(cfg.memory.db_path, cfg.memory.backups_keep)
+    backups.start()  # at start when the newest is a day old, then daily; off the event loop
+    stack.push_async_callback(_with_deadline, backups.stop, 10.0, "daily backups")
     if not memory.vector_enabled:
         print(
             "warning: sqlite-vec did not load; memory search is keyword-only (see `luna doctor`)",

@@ -130,6 +130,8 @@ class MemoryConfig(Section):
     # Seconds a write waits for another program holding the database's write lock (then the
     # message is held in a file and written when the lock frees; luna.memory.held).
     lock_wait: Annotated[float, Field(ge=0, le=3600)] = 20.0
+    # Daily backups kept in <data>/backups (0: no automatic backups; luna.memory.backup).
+    backups_keep: Annotated[int, Field(ge=0, le=1000)] = 7
 
 
 class AgentConfig(Section):
