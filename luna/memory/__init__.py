@@ -43,8 +43,8 @@ from luna.memory.embeddings import Embedder, LoadInfo
 from luna.memory.encoder import Encoder
 from luna.memory.held import HeldMessages
 from luna.memory.indexer import FLUSH_BATCH, Indexer, index_batch
-from luna.memory.query import plan_query
-from luna.memory.search import MAX_K, RecallItem, format_recall, hybrid_search, keyword_hits
+from luna.memory.recall import run_recall
+from luna.memory.search import RecallItem, format_recall
 from luna.memory.store import Store
 from luna.memory.writes import WriteGate
 from luna.messages import LoggedMessage, Usage
@@ -314,43 +314,16 @@ class Memory:
         With ``session_id``, that session's messages still in the prompt view are left out.
         Never waits for the embedding model while it warms (see :attr:`recall_mode`).
         """
-        scope_speakers = await asyncio.to_thread(self.store.speakers, scope)
-        k = min(k or self.cfg.recall_k, MAX_K)  # sqlite-vec's limit (luna.memory.search)
-        with Timer() as t:
-            plan = plan_query(query, scope_speakers)
-            mode = self.recall_mode
-            # The query vector is computed in the embedding process while the keyword half runs.
-            embedding = (
-                asyncio.create_task(self.embed_query(plan.text)) if mode == "hybrid" else None
-            )
-            try:
-                keywords = await asyncio.to_thread(
-                    self.store.checked, keyword_hits, self.store, query, scope=scope, k=k,
-                    plan=plan,
-                )  # fmt: skip
-                qvec = await embedding if embedding is not None else None
-            finally:
-                if embedding is not None and not embedding.done():
-                    embedding.cancel()
-            if mode == "hybrid" and qvec is None and plan.text.strip():
-                mode = self.recall_mode  # the model failed just now: keyword-only
-            exclude = None
-            if session_id is not None:
-                _, cut = await self.summary(session_id)
-                exclude = (session_id, cut)
-            items = await asyncio.to_thread(
-                self.store.checked,
-                hybrid_search,
-                self.store,
-                query,
-                qvec,
-                scope=scope,
-                k=k,
-                exclude_session=exclude,
-                keywords=keywords,
-            )
-        log_event("memory_op", op="recall", mode=mode, duration_ms=round(t.ms, 2), count=len(items))
-        return items
+        return await run_recall(
+            self.store,
+            query,
+            scope=scope,
+            k=k or self.cfg.recall_k,
+            session_id=session_id,
+            mode=self.recall_mode,
+            embed=self.embed_query,
+            mode_now=lambda: self.recall_mode,
+        )
 
     # ---- memories ----------------------------------------------------------------------
 

@@ -1,0 +1,83 @@
+"""One recall, as the Memory facade runs it: the keyword half runs while the query is embedded.
+
+Invariants:
+- The query vector is computed in the embedding process (``embed``) while the keyword half
+  (:func:`luna.memory.search.keyword_hits`) runs in a worker thread; then the vector half and the
+  fusion (:func:`luna.memory.search.hybrid_search`) run in a worker thread too. Nothing blocking
+  runs on the event loop.
+- ``mode`` is decided by the caller before anything runs (``fts_warming`` or ``fts``: no vector
+  is asked for, nothing waits for the model); a vector that fails to come back turns the recall
+  keyword-only and the logged mode says what actually served it.
+- One ``memory_op`` ``recall`` event per recall: mode, duration, the embedding's share, count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from luna.memory import session_log
+from luna.memory.query import plan_query
+from luna.memory.search import MAX_K, RecallItem, hybrid_search, keyword_hits
+from luna.memory.store import Store
+from luna.observe import Timer, log_event
+
+
+async def _timed(embed: Callable[[str], Awaitable[bytes | None]], text: str) -> tuple:
+    with Timer() as t:
+        vec = await embed(text)
+    return vec, t.ms
+
+
+async def run_recall(
+    store: Store,
+    query: str,
+    *,
+    scope: str,
+    k: int,
+    session_id: str | None,
+    mode: str,
+    embed: Callable[[str], Awaitable[bytes | None]],
+    mode_now: Callable[[], str],
+) -> list[RecallItem]:
+    """The ``k`` best items for ``query`` (see :meth:`luna.memory.Memory.recall`)."""
+    scope_speakers = await asyncio.to_thread(store.speakers, scope)
+    k = min(k, MAX_K)  # sqlite-vec's limit (luna.memory.search)
+    embed_ms = 0.0
+    with Timer() as t:
+        plan = plan_query(query, scope_speakers)
+        embedding = asyncio.create_task(_timed(embed, plan.text)) if mode == "hybrid" else None
+        try:
+            keywords = await asyncio.to_thread(
+                store.checked, keyword_hits, store, query, scope=scope, k=k, plan=plan
+            )
+            qvec, embed_ms = await embedding if embedding is not None else (None, 0.0)
+        finally:
+            if embedding is not None and not embedding.done():
+                embedding.cancel()
+        if mode == "hybrid" and qvec is None and plan.text.strip():
+            mode = mode_now()  # the model failed just now: keyword-only
+        exclude = None
+        if session_id is not None:
+            _, cut = await asyncio.to_thread(session_log.summary, store, session_id)
+            exclude = (session_id, cut)
+        items = await asyncio.to_thread(
+            store.checked,
+            hybrid_search,
+            store,
+            query,
+            qvec,
+            scope=scope,
+            k=k,
+            exclude_session=exclude,
+            keywords=keywords,
+        )
+    log_event(
+        "memory_op",
+        op="recall",
+        mode=mode,
+        duration_ms=round(t.ms, 2),
+        embed_ms=round(embed_ms, 2),
+        count=len(items),
+    )
+    return items
