@@ -6,8 +6,9 @@ thread here, answering at once) as its endpoint and the tree's own config.toml a
 mcp_servers.json (so the MCP time server starts too):
 
 1. on a pseudo-terminal, until the REPL shows its ``you>`` prompt (then Ctrl-D);
-2. with stdin piped: one message, then (once the process tree is idle) the RSS of every process
-   of the tree, then ``--turns`` + 1 more messages at once; the server stamps each request.
+2. with stdin piped, in a new session (``--session``): one message, then (once the process tree
+   is idle) the RSS of every process of the tree, then ``--turns`` + 1 more messages at once;
+   the server stamps each turn's request.
 
 Figures: start → REPL prompt; start → first model request; p50/p95 of the gap between
 consecutive turns' model requests; RSS (and peak RSS) of each process after the first turn.
@@ -265,9 +266,11 @@ def time_to_prompt(version: Version, data: Path, endpoint: str) -> float:
 def piped_run(version: Version, data: Path, server: StampedServer, turns: int) -> dict[str, Any]:
     """One message piped in, RSS once idle, then ``turns`` + 1 messages back to back."""
     server.reset()
+    before = recall_modes(data / "logs")
+    session = f"bench-{os.urandom(4).hex()}"  # a new conversation each run, in the same folder
     start = time.monotonic()
     proc = subprocess.Popen(
-        [str(version.python), "-m", "luna"],
+        [str(version.python), "-m", "luna", "--session", session],
         cwd=version.tree,
         env=luna_env(version, data, server.server.url),
         stdin=subprocess.PIPE,
@@ -278,11 +281,15 @@ def piped_run(version: Version, data: Path, server: StampedServer, turns: int) -
     assert proc.stdin is not None and proc.stdout is not None
     replies = threading.Semaphore(0)
     out: list[str] = []
+    failed: list[str] = []
 
     def read_stdout() -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
             out.append(line)
+            if line.startswith("error:"):  # a turn failed: the run says so instead of hanging
+                failed.append(line.strip())
+                replies.release()
             if line.strip() == "ok":
                 replies.release()
 
@@ -291,8 +298,8 @@ def piped_run(version: Version, data: Path, server: StampedServer, turns: int) -
     try:
         proc.stdin.write(f"{TURN_MARK} hello Luna, what is on my list for today?\n")
         proc.stdin.flush()
-        if not replies.acquire(timeout=START_TIMEOUT):
-            raise RuntimeError(f"{version.name}: no first reply; stderr: {proc.stderr.read()}")
+        if not replies.acquire(timeout=START_TIMEOUT) or failed:
+            raise RuntimeError(f"{version.name}: no first reply: {failed or 'timeout'}")
         first_request = server.stamps[0] - start
         first_reply = time.monotonic() - start
         idle_wait = wait_idle(proc.pid)
@@ -307,6 +314,8 @@ def piped_run(version: Version, data: Path, server: StampedServer, turns: int) -
             proc.wait()
     reader.join(timeout=10)
     stamps = server.stamps[1:]
+    if failed:
+        raise RuntimeError(f"{version.name}: a turn failed: {failed[0]}")
     if len(stamps) != turns + 1:
         raise RuntimeError(f"{version.name}: {len(stamps)} requests, wanted {turns + 1}")
     gaps = [(b - a) * 1000 for a, b in zip(stamps, stamps[1:], strict=False)]
@@ -317,7 +326,11 @@ def piped_run(version: Version, data: Path, server: StampedServer, turns: int) -
         "gap_p50_ms": round(statistics.median(gaps), 2),
         "gap_p95_ms": round(percentile(gaps, 0.95), 2),
         "rss": rss,
-        "recall_modes": recall_modes(data / "logs"),
+        "recall_modes": {
+            mode: n - before.get(mode, 0)
+            for mode, n in recall_modes(data / "logs").items()
+            if n > before.get(mode, 0)
+        },
     }
 
 
