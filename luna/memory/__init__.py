@@ -139,8 +139,8 @@ class Memory:
             await asyncio.to_thread(store.close)
             raise
         self._store = store
-        if self.writes.held.pending:  # left by a run that could not write them
-            self.writes.retry_held(store)
+        if background and self.writes.held.pending:  # left by a run that could not write them
+            self.writes.retry_held(store)  # (the running Luna's job, not a one-shot command's)
         self.vector_enabled = store.vector_enabled
         self.vector_error = store.vector_error
         if not self.vector_enabled:

@@ -88,22 +88,24 @@ class HeldMessages:
             if not records:
                 self.path.unlink(missing_ok=True)
                 return 0
-            done = store.get_meta(META_KEY)
-            ids = [r["hold_id"] for r in records]
-            if done in ids:  # a crash after the commit, before the file went
-                records = records[ids.index(done) + 1 :]
-            if records:
-                with store.transaction() as conn:
-                    for r in records:
-                        session_log.insert_message(
-                            store,
-                            conn,
-                            r["session_id"],
-                            r["message"],
-                            context=r.get("context"),
-                            scope=r.get("scope") or "owner",
-                            created=r.get("created_at"),
-                        )
+            with store.transaction() as conn:
+                # Read under the write lock: another process flushing the same file at the
+                # same time then sees what this one wrote.
+                row = conn.execute("SELECT value FROM meta WHERE key = ?", (META_KEY,)).fetchone()
+                ids = [r["hold_id"] for r in records]
+                if row is not None and row[0] in ids:  # written already (a crash, or another)
+                    records = records[ids.index(row[0]) + 1 :]
+                for r in records:
+                    session_log.insert_message(
+                        store,
+                        conn,
+                        r["session_id"],
+                        r["message"],
+                        context=r.get("context"),
+                        scope=r.get("scope") or "owner",
+                        created=r.get("created_at"),
+                    )
+                if records:
                     conn.execute(
                         "INSERT INTO meta (key, value) VALUES (?, ?) "
                         "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
@@ -126,12 +128,18 @@ class HeldMessages:
                 continue
             try:
                 record = json.loads(raw)
-                if isinstance(record, dict) and isinstance(record.get("message"), dict):
+                message = record.get("message") if isinstance(record, dict) else None
+                if (
+                    isinstance(message, dict)
+                    and message.get("role") in session_log.ROLES
+                    and isinstance(record.get("session_id"), str)
+                    and isinstance(record.get("hold_id"), str)
+                ):
                     records.append(record)
                     continue
             except ValueError:
                 pass
-            # A torn last line (power lost mid-append): that message was never acknowledged.
+            # A torn last line (power lost mid-append: never acknowledged), or an edit by hand.
             log.warning("memory: %s:%d is not a held message; left out", self.path, number)
         return records
 

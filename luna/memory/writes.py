@@ -76,7 +76,12 @@ class WriteGate:
         created = now_iso()
         try:
             if self.held.pending:
-                await self.run(store, self.held.flush, store)
+                try:
+                    await self.run(store, self.held.flush, store)
+                except (DatabaseBusyError, DatabaseCorruptError):
+                    raise
+                except MemoryStoreError as exc:  # never let the file block every later write
+                    log.error("memory: held messages not written: %s", exc)
             return await self.run(
                 store,
                 session_log.append_message,
