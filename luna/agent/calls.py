@@ -9,6 +9,9 @@ Invariants:
   (servers reject history whose arguments do not parse); the raw text lives in its result.
 - Each call is logged before it runs and each result as it arrives (``persist``), so an
   interrupted round still shows what ran.
+- At most ``agent.max_calls_per_reply`` calls of one reply run; the rest are neither run nor
+  kept in the assistant message (200 results would fill the context), and the last result
+  says how many were left and why, so the model can ask again.
 """
 
 from __future__ import annotations
@@ -36,18 +39,39 @@ class VettedCall:
     problem: str | None = None
 
 
-def vet_calls(response: LLMResponse) -> list[VettedCall]:
-    """The response's calls, each with valid arguments and a problem when it must not run."""
+@dataclass(frozen=True)
+class Round:
+    """The calls of one reply that will run, and how many beyond the cap were left out."""
+
+    calls: list[VettedCall]
+    dropped: int = 0
+    limit: int = 0
+
+
+def vet_calls(response: LLMResponse, limit: int) -> Round:
+    """The response's first ``limit`` calls, each with valid arguments and a problem when it
+    must not run."""
     out = []
     last = len(response.tool_calls) - 1
-    for i, call in enumerate(response.tool_calls):
+    for i, call in enumerate(response.tool_calls[:limit]):
         arguments, problem = valid_arguments(call.arguments)
         if response.is_truncated and i == last:
             problem = "the reply hit its length limit (llm.max_tokens) during this call"
         out.append(
             VettedCall(ToolCall(call.id, call.name, arguments), call.arguments or "", problem)
         )
-    return out
+    dropped = max(0, len(response.tool_calls) - limit)
+    if dropped:
+        log_event("tool_calls_capped", ran=limit, dropped=dropped)
+    return Round(out, dropped, limit)
+
+
+def dropped_note(round_: Round) -> str:
+    return (
+        f"\n[Luna: that reply asked for {round_.limit + round_.dropped} tool calls; only the "
+        f"first {round_.limit} ran (agent.max_calls_per_reply). Ask for the rest in your next "
+        "step if they are still needed.]"
+    )
 
 
 def refusal_text(vetted: VettedCall) -> str:
@@ -60,7 +84,7 @@ def refusal_text(vetted: VettedCall) -> str:
 
 
 async def run_round(
-    vetted: list[VettedCall],
+    round_: Round,
     *,
     execute: Callable[[ToolCall], Awaitable[Any]],
     emit: Callable[[AgentEvent], None],
@@ -69,7 +93,7 @@ async def run_round(
     """Run the runnable calls in order; returns the tool-result messages for the prompt."""
     results = []
     loop = asyncio.get_running_loop()
-    for item in vetted:
+    for n, item in enumerate(round_.calls, 1):
         call = item.call
         emit(ToolStarted(call.id, call.name, item.raw_arguments or call.arguments))
         started = loop.time()
@@ -80,6 +104,8 @@ async def run_round(
             result = await execute(call)
             content, is_error = result.content, result.is_error
         emit(ToolFinished(call.id, call.name, is_error, loop.time() - started, content[:200]))
+        if round_.dropped and n == len(round_.calls):
+            content += dropped_note(round_)
         message = tool_result(call.id, content)
         if persist is not None:
             await persist(message)

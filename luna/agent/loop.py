@@ -75,6 +75,9 @@ MAX_REMEMBERED_SESSIONS = 256
 __all__ = ["WRAP_UP_NOTE", "Agent"]
 
 
+EMPTY_REPLY = "(The model sent back an empty reply. Send your message again, or rephrase it.)"
+
+
 def _round_limit_note(max_rounds: int, wanted: list[str]) -> str:
     more = f" It still wanted to run: {', '.join(dict.fromkeys(wanted))}." if wanted else ""
     return (
@@ -279,16 +282,16 @@ class Agent:
             messages = sent[: len(sent) - len(extra)] if extra else sent
             usage = resp.usage or usage
             if not resp.tool_calls or send_tools is None:
-                reply = self._final_reply(resp, at_limit, emit)
-                stored = assistant_message(reply, [], resp.reasoning if keep_reasoning else "")
+                reply, kept = self._final_reply(resp, at_limit, emit)
+                stored = assistant_message(kept, [], resp.reasoning if keep_reasoning else "")
                 await persist(stored, resp.usage)
                 emit(TurnDone(reply=reply, rounds=rounds, usage=usage))
                 break
             budget.take()
             rounds += 1
-            vetted = vet_calls(resp)
+            vetted = vet_calls(resp, self.cfg.agent.max_calls_per_reply)
             reasoning = resp.reasoning if keep_reasoning else ""
-            assistant = assistant_message(resp.content, [v.call for v in vetted], reasoning)
+            assistant = assistant_message(resp.content, [v.call for v in vetted.calls], reasoning)
             # The call is logged before it runs and each result as it arrives: an interrupted
             # round still shows what ran (the prompt fills a missing result with a placeholder).
             await persist(assistant, resp.usage)
@@ -321,15 +324,21 @@ class Agent:
 
     def _final_reply(
         self, resp: LLMResponse, at_limit: bool, emit: Callable[[AgentEvent], None]
-    ) -> str:
-        """The turn's answer; at the round limit an empty one, or one still asking for tools,
-        gets a note saying what was left undone (shown and stored)."""
+    ) -> tuple[str, str]:
+        """The turn's answer as (shown, stored). At the round limit an empty one, or one still
+        asking for tools, gets a note saying what was left undone (shown and stored: the model
+        should know it ran out). Any other empty answer is shown as a note and stored empty,
+        as the model said it."""
         reply = resp.content
-        if not at_limit or (reply.strip() and not resp.tool_calls):
-            return reply
+        if reply.strip() and not (at_limit and resp.tool_calls):
+            return reply, reply
+        if not at_limit:
+            emit(TextDelta(EMPTY_REPLY))
+            return EMPTY_REPLY, reply
         note = _round_limit_note(self.cfg.agent.max_rounds, [c.name for c in resp.tool_calls])
         emit(TextDelta(("\n\n" if reply.strip() else "") + note))
-        return f"{reply.rstrip()}\n\n{note}" if reply.strip() else note
+        shown = f"{reply.rstrip()}\n\n{note}" if reply.strip() else note
+        return shown, shown
 
     async def _stream(
         self,
@@ -442,6 +451,7 @@ class Agent:
                 workdir=workdir,
                 budget=budget,
                 execute=lambda c: self.registry.execute(c, sub_ctx),
+                max_calls=self.cfg.agent.max_calls_per_reply,
             )
 
         return ToolContext(

@@ -54,6 +54,7 @@ async def run_subagent(
     workdir: Path | None,
     budget: TurnBudget,
     execute: Callable[[Any], Awaitable[Any]],
+    max_calls: int,
 ) -> str:
     """The sub-agent's answer to ``task`` (see the module invariants)."""
     names = [s["function"]["name"] for s in registry.specs()]
@@ -72,11 +73,12 @@ async def run_subagent(
         resp = await llm.chat(messages, tools)
         if not resp.tool_calls:
             return resp.content
-        vetted = vet_calls(resp)
+        vetted = vet_calls(resp, max_calls)
         results = await run_round(vetted, execute=execute, emit=lambda _e: None, persist=None)
-        messages.append(assistant_message(resp.content, [v.call for v in vetted], resp.reasoning))
+        calls = [v.call for v in vetted.calls]
+        messages.append(assistant_message(resp.content, calls, resp.reasoning))
         messages.extend(results)
-        log_event("subagent_round", tools=[v.call.name for v in vetted])
+        log_event("subagent_round", tools=[c.name for c in calls])
     messages.append({"role": "user", "content": WRAP_UP_NOTE})
     resp = await llm.chat(messages, None)
     return resp.content

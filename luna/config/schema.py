@@ -102,6 +102,7 @@ class LLMConfig(Section):
         if len(names) != len(set(names)):
             raise ValueError("llm.servers names must be unique")
         return self
+
     embedded_fallback: bool = True
     embedded_port: Annotated[int, Field(ge=0, le=65535)] = 8011
 
@@ -137,6 +138,7 @@ class MemoryConfig(Section):
 class AgentConfig(Section):
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     max_rounds: Annotated[int, Field(ge=1, le=1000)] = 25
+    max_calls_per_reply: Annotated[int, Field(ge=1, le=256)] = 16
     workspace: Path = Path("data/workspace")
     turn_timeout: Annotated[float, Field(ge=1, le=DAY)] = 1800.0
     shutdown_grace: Annotated[float, Field(ge=0, le=3600)] = 20.0
