@@ -177,6 +177,37 @@ async def test_a_turn_whose_tool_results_outgrow_the_context_says_so(
     assert (await turn(a, "hello"))[-1].reply == "still here"  # the session goes on
 
 
+async def test_a_reply_with_200_calls_runs_the_first_ones_and_says_so(
+    agent: Callable[..., Any], llm_server: FakeLLMServer
+) -> None:
+    a = await agent({"agent": {"max_calls_per_reply": 16}})
+    calls = [{"name": "echo", "arguments": json.dumps({"text": f"n{i}"})} for i in range(200)]
+    llm_server.script(Reply(tool_calls=calls), Reply(content="ran what I could"))
+    events = await turn(a, "echo everything")
+    assert isinstance(events[-1], TurnDone) and events[-1].reply == "ran what I could"
+    assert len([e for e in events if isinstance(e, ToolFinished)]) == 16
+    _, records = await a.memory.prompt_history("s")
+    assert len(records[1].tool_calls) == 16  # what ran is what the log replays
+    results = [r for r in records if r.role == "tool"]
+    assert len(results) == 16 and "asked for 200 tool calls; only the first 16 ran" in (
+        results[-1].content
+    )
+    second = llm_server.requests[1]["messages"]
+    assert sum(len(m.get("tool_calls") or []) for m in second) == 16
+
+
+async def test_an_empty_reply_is_shown_as_a_note_and_stored_as_said(
+    agent: Callable[..., Any], llm_server: FakeLLMServer
+) -> None:
+    a = await agent()
+    llm_server.script(Reply(content=""), Reply(content="here now"))
+    events = await turn(a, "hello?")
+    assert isinstance(events[-1], TurnDone) and "empty reply" in events[-1].reply
+    _, records = await a.memory.prompt_history("s")
+    assert records[-1].role == "assistant" and records[-1].content == ""
+    assert (await turn(a, "again"))[-1].reply == "here now"
+
+
 async def test_a_message_the_server_refuses_is_found_and_left_out(
     agent: Callable[..., Any], llm_server: FakeLLMServer, tmp_path: Path
 ) -> None:
