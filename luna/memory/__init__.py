@@ -196,7 +196,7 @@ class Memory:
 
     def _embedding_failed(self, exc: MemoryStoreError) -> None:
         if isinstance(exc, DatabaseBusyError | DatabaseCorruptError):
-            log.warning("memory: vectors wait for the database: %s", exc)
+            log.info("memory: vectors wait for the database: %s", exc)
             return  # not the model's fault: the indexer tries again later
         if self.encoder.failed(exc):
             return  # a dead worker: restarting in the background, keyword-only meanwhile

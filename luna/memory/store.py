@@ -15,8 +15,9 @@ Invariants:
 - All access goes through one connection guarded by a lock; callers run these blocking methods
   in a worker thread (``asyncio.to_thread``).
 - SQLite's errors are translated here, once: a write that cannot get the lock raises
-  DatabaseBusyError (after ``busy_timeout``, or the shorter wait a caller set for its thread
-  with :meth:`Store.waiting`); a corrupt page or a file that is not a database raises
+  DatabaseBusyError (after ``BUSY_TIMEOUT_S``, or the wait a caller set for its thread with
+  :meth:`Store.waiting`), so no call holds the store's lock for long waiting on another
+  program; a corrupt page or a file that is not a database raises
   DatabaseCorruptError and marks the store ``damaged``: from then on every write is refused
   before it starts, so Luna never appends to a damaged file.
 - Durability: every commit survives ``kill -9`` (see :mod:`luna.memory.db`). A
@@ -48,6 +49,10 @@ from luna.observe import log_event
 
 log = logging.getLogger(__name__)
 
+# SQLite's own wait for another program's lock, per statement of this store. Short, because
+# the store's lock is held meanwhile and every other thread of Luna waits for it; a write that
+# may wait longer goes through luna.memory.writes (tries, backoff, memory.lock_wait).
+BUSY_TIMEOUT_S = 1.0
 NEIGHBOUR_WEIGHT = 0.3  # share of each neighbour's embedding mixed into a threaded doc's vector
 CTX_CHARS = 600  # how much of a neighbour's text goes into a doc's FTS context
 
@@ -62,7 +67,7 @@ class Store:
 
     def __init__(self, path: Path, *, load_vec: bool = True) -> None:
         self.path = path
-        self.conn = db.connect(path, load_vec=load_vec)
+        self.conn = db.connect(path, load_vec=load_vec, busy_timeout_s=BUSY_TIMEOUT_S)
         self.lock = threading.RLock()
         self.vector_enabled = self.conn.vector_enabled
         self.vector_error = self.conn.vector_error
@@ -153,8 +158,7 @@ class Store:
                 if durable:
                     self.conn.execute("PRAGMA synchronous = NORMAL")
                 if wait is not None:
-                    busy_ms = int(db.DEFAULT_BUSY_TIMEOUT_S * 1000)
-                    self.conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
+                    self.conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             self.has_unsynced = not durable
 
     def sync(self) -> bool:
