@@ -397,18 +397,18 @@ class Memory:
 
     async def forget(self, memory_id: int) -> bool:
         """Delete a memory (and its index rows); False when there is no such memory."""
-        found = await self._write(self.store.forget_memory, memory_id)
+        found = await self._write(facts.forget, self.store, memory_id)
         log_event("memory_op", op="forget", count=int(found))
         return found
 
     async def supersede(self, old_id: int, new_id: int) -> None:
         """Mark memory ``old_id`` as replaced by ``new_id``."""
-        await self._write(self.store.supersede_memory, old_id, new_id)
+        await self._write(facts.supersede, self.store, old_id, new_id)
         log_event("memory_op", op="supersede", count=1)
 
     async def touch_memory(self, memory_id: int, importance: int | None = None) -> None:
         """Note that a fact was restated (near-duplicate): bump updated_at, keep max importance."""
-        await self._write(self.store.touch_memory, memory_id, importance or 1)
+        await self._write(facts.touch, self.store, memory_id, importance or 1)
 
     async def list_memories(self, *, scope: str | None = None, limit: int = 50) -> list[dict]:
         """Newest memories first (all scopes when ``scope`` is None)."""
@@ -441,7 +441,7 @@ class Memory:
             self._embedding_failed(exc)
             return []
 
-        return await asyncio.to_thread(self.store.similar_memories, vec[0].tobytes(), scope, k)
+        return await asyncio.to_thread(facts.similar, self.store, vec[0].tobytes(), scope, k)
 
     # ---- maintenance -------------------------------------------------------------------
 

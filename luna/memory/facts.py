@@ -1,4 +1,5 @@
-"""Writing memory rows: one transaction per batch, external ids unique per scope.
+"""Memory rows: writing them (one transaction per batch, external ids unique per scope),
+forgetting, superseding and restating them, and finding the ones nearest a vector.
 
 Invariants:
 - A memory, its ``docs`` row and its FTS row are written together; its vector follows in the
@@ -72,3 +73,53 @@ def insert_memories(
                 vec_rows.append((doc_id, scope, vecs[i].tobytes()))
     store.store_vectors(vec_rows)
     return ids, skipped
+
+
+def forget(store: Store, memory_id: int) -> bool:
+    """Delete a memory and its index rows; False when there is no such memory."""
+    with store.transaction(durable=True) as conn:
+        row = conn.execute(
+            "SELECT id FROM docs WHERE kind = 'memory' AND ref_id = ?", (memory_id,)
+        ).fetchone()
+        if row is not None:
+            store.unindex_doc(conn, row[0])
+        return conn.execute("DELETE FROM memories WHERE id = ?", (memory_id,)).rowcount > 0
+
+
+def supersede(store: Store, old_id: int, new_id: int) -> None:
+    """Mark memory ``old_id`` as replaced by ``new_id``."""
+    with store.transaction(durable=True) as conn:
+        conn.execute(
+            "UPDATE memories SET superseded_by = ?, updated_at = ? WHERE id = ?",
+            (new_id, now_iso(), old_id),
+        )
+
+
+def touch(store: Store, memory_id: int, importance: int) -> None:
+    """A fact restated: bump ``updated_at``, keep the higher importance."""
+    with store.transaction() as conn:
+        conn.execute(
+            "UPDATE memories SET updated_at = ?, importance = max(importance, ?) WHERE id = ?",
+            (now_iso(), importance, memory_id),
+        )
+
+
+def similar(store: Store, vec: bytes, scope: str, k: int) -> list[tuple[dict, float]]:
+    """Live (not superseded) memories nearest to ``vec``: (row, cosine similarity)."""
+    rows = store.query(
+        "SELECT v.rowid, v.distance FROM docs_vec v WHERE v.embedding MATCH ? "
+        "AND k = ? AND v.scope = ? ORDER BY v.distance",
+        (vec, k * 4, scope),
+    )
+    out = []
+    for doc_id, distance in rows:
+        mem = store.query(
+            "SELECT m.id, m.text, m.importance, m.created_at FROM docs d "
+            "JOIN memories m ON d.kind = 'memory' AND d.ref_id = m.id "
+            "WHERE d.id = ? AND m.superseded_by IS NULL",
+            (doc_id,),
+        )
+        if mem:
+            row = dict(zip(("id", "text", "importance", "created_at"), mem[0], strict=True))
+            out.append((row, 1.0 - float(distance)))
+    return out[:k]

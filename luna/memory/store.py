@@ -457,52 +457,6 @@ class Store:
         norm = float(np.linalg.norm(vec)) or 1.0
         self._write_vec(conn, doc_id, scope, (vec / norm).astype(np.float32).tobytes())
 
-    # ---- memories ---------------------------------------------------------------------
-
-    def forget_memory(self, memory_id: int) -> bool:
-        """Delete a memory and its index rows; False when there is no such memory."""
-        with self.transaction(durable=True) as conn:
-            row = conn.execute(
-                "SELECT id FROM docs WHERE kind = 'memory' AND ref_id = ?", (memory_id,)
-            ).fetchone()
-            if row is not None:
-                self.unindex_doc(conn, row[0])
-            return conn.execute("DELETE FROM memories WHERE id = ?", (memory_id,)).rowcount > 0
-
-    def supersede_memory(self, old_id: int, new_id: int) -> None:
-        with self.transaction(durable=True) as conn:
-            conn.execute(
-                "UPDATE memories SET superseded_by = ?, updated_at = ? WHERE id = ?",
-                (new_id, now_iso(), old_id),
-            )
-
-    def touch_memory(self, memory_id: int, importance: int) -> None:
-        with self.transaction() as conn:
-            conn.execute(
-                "UPDATE memories SET updated_at = ?, importance = max(importance, ?) WHERE id = ?",
-                (now_iso(), importance, memory_id),
-            )
-
-    def similar_memories(self, vec: bytes, scope: str, k: int) -> list[tuple[dict, float]]:
-        """Live (not superseded) memories nearest to ``vec``: (row, cosine similarity)."""
-        rows = self.query(
-            "SELECT v.rowid, v.distance FROM docs_vec v WHERE v.embedding MATCH ? "
-            "AND k = ? AND v.scope = ? ORDER BY v.distance",
-            (vec, k * 4, scope),
-        )
-        out = []
-        for doc_id, distance in rows:
-            mem = self.query(
-                "SELECT m.id, m.text, m.importance, m.created_at FROM docs d "
-                "JOIN memories m ON d.kind = 'memory' AND d.ref_id = m.id "
-                "WHERE d.id = ? AND m.superseded_by IS NULL",
-                (doc_id,),
-            )
-            if mem:
-                row = dict(zip(("id", "text", "importance", "created_at"), mem[0], strict=True))
-                out.append((row, 1.0 - float(distance)))
-        return out[:k]
-
     def pending_docs(self, limit: int, after_id: int = 0) -> list[tuple[int, str, str]]:
         """Docs without a vector: (doc id, scope, text), oldest first."""
         rows = self.query(
