@@ -27,8 +27,8 @@ Invariants:
 - The verdict is one JSON object written to ``--report FD`` at the end:
   ``{"limit": "processes" | "quota" | null, "tmp_full": [the --tmp folders found full],
   "used": bytes of DIR at the
-  end, "file_limit": whether a file written under DIR or a ``--tmp`` folder while the command
-  ran reached ``--fsize``}``.
+  end, "file_limit": whether a file under DIR or a ``--tmp`` folder is at ``--fsize`` and
+  new or changed since the command started}``.
   The exit code is the command's (128 + signal when it was killed, as a shell reports it).
 """
 
@@ -55,10 +55,10 @@ def disk_usage(root: str) -> int:
     return scan(root)[0]
 
 
-def scan(root: str, since: float = 0.0) -> tuple[int, int]:
-    """(bytes of disk the files under ``root`` take, the size of the largest one modified at
-    or after ``since``)."""
-    total, largest, seen, stack = 0, 0, set(), [root]
+def scan(root: str, at_least: int = 0) -> tuple[int, dict[str, tuple[int, int]]]:
+    """(bytes of disk the files under ``root`` take, ``{path: (size, mtime_ns)}`` of the files
+    of at least ``at_least`` bytes; none when ``at_least`` is 0)."""
+    total, large, seen, stack = 0, {}, set(), [root]
     while stack:
         try:
             entries = os.scandir(stack.pop())
@@ -77,9 +77,16 @@ def scan(root: str, since: float = 0.0) -> tuple[int, int]:
                         continue
                     seen.add((st.st_dev, st.st_ino))
                 total += st.st_blocks * 512
-                if st.st_mtime >= since:
-                    largest = max(largest, st.st_size)
-    return total, largest
+                if 0 < at_least <= st.st_size:
+                    large[entry.path] = (st.st_size, st.st_mtime_ns)
+    return total, large
+
+
+def reached_limit(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> bool:
+    """Whether a file at the size limit is new or changed since ``before``: a file left at the
+    limit by an earlier command is not this command's hit (file times are too coarse to tell
+    the two apart by time)."""
+    return any(before.get(path) != stamp for path, stamp in after.items())
 
 
 def process_count() -> int:
@@ -168,7 +175,8 @@ def _stop(opts: argparse.Namespace, limit: str, full: set[str]) -> None:
 
 def main(argv: list[str]) -> int:
     opts, command = _parse(argv)
-    started = time.time() - 0.05  # file times come from a coarser clock
+    roots = ([opts.watch] if opts.watch is not None else []) + opts.tmp
+    at_limit = {root: scan(root, opts.fsize)[1] for root in roots} if opts.fsize > 0 else {}
     pid = _start(opts, command)
     full: set[str] = set()
     next_scan, scan_every = 0.0, QUOTA_EVERY
@@ -194,10 +202,10 @@ def main(argv: list[str]) -> int:
                 _stop(opts, "quota", full)
         time.sleep(tick)
     full.update(t for t in opts.tmp if is_full(t))
-    used, largest = scan(opts.watch, started) if opts.watch is not None else (0, 0)
-    for tmp in opts.tmp:
-        largest = max(largest, scan(tmp, started)[1])
-    _report(opts, None, full, used=used, file_limit=largest >= opts.fsize > 0)
+    end = {root: scan(root, opts.fsize) for root in roots}
+    used = end[opts.watch][0] if opts.watch is not None else 0
+    file_limit = any(reached_limit(at_limit[root], end[root][1]) for root in at_limit)
+    _report(opts, None, full, used=used, file_limit=file_limit)
     return _exit_code(status)
 
 

@@ -111,6 +111,26 @@ async def test_bash_file_size_limit_holds_and_is_reported_once(tools_config, mak
     await still_works(reg, ctx)
 
 
+async def test_a_file_left_at_the_limit_is_not_a_later_hit(tools_config, make_ctx) -> None:
+    """The stale line of CI run 17: a file an earlier command left at the limit, with a time
+    the wrapper's clock cannot tell from its own start, was reported again. Only a file that
+    reaches the limit (new, grown or rewritten) during this command counts."""
+    cfg = tools_config({"tools": {"bash_file_max_mb": 8}})
+    reg, ctx = build_registry(cfg), make_ctx()
+    left = cfg.agent.workspace / "left.bin"
+    left.write_bytes(b"\0" * (8 * MB))
+    later = time.time() + 5  # a time at or after the next command's start, as a fast one sees
+    os.utime(left, (later, later))
+    out = await bash(reg, ctx, "ls -l left.bin >/dev/null")
+    assert "[exit code: 0]" in out and not limit_lines(out), out
+    out = await bash(reg, ctx, "head -c 1M /dev/zero >> left.bin")  # the write fails, says so
+    assert "File too large" in out and not limit_lines(out), out  # (the file did not change)
+    out = await bash(reg, ctx, "head -c 20M /dev/zero > left.bin")  # rewritten to the limit: a hit
+    assert "File too large" in out and len(limit_lines(out)) == 1, out
+    out = await bash(reg, ctx, "head -c 4M /dev/zero > half.bin; cat half.bin half.bin > two.bin")
+    assert len(limit_lines(out)) == 1 and (cfg.agent.workspace / "two.bin").stat().st_size == 8 * MB
+
+
 async def test_bash_workspace_quota_stops_a_writer_and_lets_files_be_deleted(
     tools_config, make_ctx
 ) -> None:
