@@ -159,7 +159,7 @@ class LLMClient:
         try:
             async with asyncio.timeout(self.cfg.timeout):
                 raw = await self._with_retries(
-                    lambda: self._client.chat.completions.create(**params), on_status
+                    lambda: self._client.chat.completions.create(**sdk_kwargs(params)), on_status
                 )
         except TimeoutError as e:
             err = self._timed_out()
@@ -284,7 +284,7 @@ class LLMClient:
         on_status: TextCallback | None,
     ) -> None:
         stream = await self._with_retries(
-            lambda: self._client.chat.completions.create(**params), on_status
+            lambda: self._client.chat.completions.create(**sdk_kwargs(params)), on_status
         )
         try:
             async for chunk in _chunks(stream):
@@ -445,6 +445,21 @@ class LLMClient:
             error=str(error) if error else None,
             error_type=type(error).__name__ if error else None,
         )
+
+
+# Sent as extra_body, which the SDK puts on the wire as given: its typed-dict transform walks
+# every message and tool declaration on each request, and with a long history that walk was
+# half of the main thread's time between two turns (py-spy, 150 turns); Luna's messages are
+# already plain JSON, so the transform has nothing to do.
+_AS_GIVEN = ("messages", "tools", "tool_choice", "response_format")
+
+
+def sdk_kwargs(params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` as ``chat.completions.create`` arguments that put the same body on the wire."""
+    kwargs = {k: v for k, v in params.items() if k not in _AS_GIVEN and k != "extra_body"}
+    kwargs["messages"] = []  # required by the SDK's signature; replaced by extra_body's
+    kwargs["extra_body"] = wire_body(params)  # the whole body; it takes precedence
+    return kwargs
 
 
 def wire_body(params: dict[str, Any]) -> dict[str, Any]:

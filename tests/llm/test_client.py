@@ -479,3 +479,46 @@ async def test_llm_logs_llm_call_event(
     assert calls[0]["stream"] is False and calls[0]["prompt_tokens"] > 0 and not calls[0]["error"]
     assert calls[1]["stream"] is True and "HTTP 400" in calls[1]["error"]
     assert all(c["latency_ms"] >= 0 for c in calls)
+
+
+HISTORY = [
+    {"role": "system", "content": "You are Luna."},
+    {"role": "user", "content": "read notes.txt"},
+    {
+        "role": "assistant",
+        "content": "",
+        "reasoning_content": "the user wants the file",
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "read_file", "arguments": '{"path": "notes.txt"}'},
+            }
+        ],
+    },
+    {"role": "tool", "tool_call_id": "c1", "content": "buy tulips\n"},
+    {"role": "user", "content": "thanks"},
+]
+
+
+@pytest.mark.parametrize("streamed", [True, False])
+async def test_llm_sends_the_body_it_records(
+    client: LLMClient, llm_server: FakeLLMServer, streamed: bool
+) -> None:
+    """The messages and tools go on the wire as given (past the SDK's own transform): the
+    server receives exactly the body the request log keeps for `luna replay`."""
+    recorded: list[dict] = []
+
+    async def record(body, response, error) -> None:
+        recorded.append(body)
+
+    llm_server.script(Reply(content="done"))
+    if streamed:
+        await client.stream(HISTORY, TOOLS, tool_choice="auto", record=record)
+    else:
+        await client.chat(HISTORY, TOOLS, tool_choice="auto", record=record)
+    sent = llm_server.requests[0]
+    assert sent == json.loads(json.dumps(recorded[0]))
+    assert sent["messages"] == normalize_messages(HISTORY) and sent["messages"][2]["tool_calls"]
+    assert sent["tools"] == TOOLS and sent["tool_choice"] == "auto"
+    assert sent["model"] == client.model and sent.get("stream", False) is streamed
