@@ -29,7 +29,7 @@ _COMMAND_MODULES = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="luna",
         description=(
@@ -57,10 +57,35 @@ def build_parser() -> argparse.ArgumentParser:
         "web", help="run only the web page and HTTP API (needs LUNA_WEB_TOKEN; see [web])"
     )
     _add_run_args(web)
-    for name in _COMMAND_MODULES:
-        importlib.import_module(name).add_parser(sub)
+    if not runs_luna(argv):
+        for name in _COMMAND_MODULES:
+            importlib.import_module(name).add_parser(sub)
     _add_run_args(parser)
     return parser
+
+
+_RUN_COMMANDS = (None, "run", "repl", "web")
+_OPTIONS_WITH_VALUE = ("--config", "--session")
+
+
+def runs_luna(argv: Sequence[str] | None) -> bool:
+    """Whether ``argv`` runs Luna itself (no command, ``run``, ``repl`` or ``web``) without
+    asking for help: then the other commands' modules are not imported (about 1 MB of the
+    running process and their import time)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "-h" in args or "--help" in args:
+        return False
+    command, i = None, 0
+    while i < len(args):
+        arg = args[i]
+        if arg in _OPTIONS_WITH_VALUE:
+            i += 2
+            continue
+        if not arg.startswith("-"):
+            command = arg
+            break
+        i += 1
+    return command in _RUN_COMMANDS
 
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:
@@ -77,7 +102,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:
         from pathlib import Path
