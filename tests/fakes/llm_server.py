@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import signal
 import sys
 import threading
@@ -83,6 +84,12 @@ def rough_tokens(text: str) -> int:
     return (len(text) + 3) // 4
 
 
+class _Server(ThreadingHTTPServer):
+    # socketserver listens with a backlog of 5: twenty clients connecting at once (the web
+    # load test) overflowed it and some connections were reset after a 1 s SYN retry.
+    request_queue_size = 128
+
+
 class FakeLLMServer:
     """The scripted server; use as a context manager or call start()/stop()."""
 
@@ -109,7 +116,7 @@ class FakeLLMServer:
         self._headers: list[dict[str, str]] = []
         self._lock = threading.Lock()
         self._last_prompt = ""
-        self._httpd = ThreadingHTTPServer((host, port), _make_handler(self))
+        self._httpd = _Server((host, port), _make_handler(self))
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
 
@@ -202,11 +209,7 @@ class FakeLLMServer:
             prompt = json.dumps(body.get("messages"), ensure_ascii=False) + json.dumps(
                 body.get("tools") or [], ensure_ascii=False
             )
-            common = 0
-            for a, b in zip(prompt, self._last_prompt, strict=False):
-                if a != b:
-                    break
-                common += 1
+            common = common_prefix_length(prompt, self._last_prompt)
             self._last_prompt = prompt
         reply = source(body) if callable(source) else source
         return reply, common // 4
@@ -242,13 +245,29 @@ def _template_problem(messages: Any) -> str | None:
     return None
 
 
+def common_prefix_length(a: str, b: str) -> int:
+    """Characters ``a`` and ``b`` share from the start (slice comparisons, bisected: the
+    scripted server must answer at once, and a per-character loop over a long prompt did not)."""
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        mid = (low + high + 1) // 2
+        if a[:mid] == b[:mid]:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def has_lone_surrogate(value: Any) -> bool:
     """A string holding an unpaired surrogate, anywhere in the decoded body (llama-server: 400).
 
     ``json.loads`` joins valid ``\\ud83d\\ude00`` pairs into one character and leaves lone ones.
     """
     if isinstance(value, str):
-        return any("\ud800" <= ch <= "\udfff" for ch in value)
+        return _SURROGATE.search(value) is not None
     if isinstance(value, list):
         return any(has_lone_surrogate(v) for v in value)
     if isinstance(value, dict):
@@ -305,6 +324,7 @@ def _usage(reply: Reply, body: dict[str, Any], cached: int) -> dict[str, Any]:
 def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # small SSE writes on a kept-alive connection: no waits
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
             pass
@@ -451,10 +471,16 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")
-            self.send_header("Connection", "close")
+            # Chunked, so the connection stays open for the next request as with llama-server
+            # (a connection per request was a third of the scripted server's answer time).
+            self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
-            self.close_connection = True
             cid = f"chatcmpl-{uuid.uuid4().hex[:12]}"
+
+            def write(data: bytes) -> None:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+
             model = body.get("model") or server.model
 
             def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> None:
@@ -475,8 +501,7 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
                     raise _Aborted
                 sent[0] += 1
                 data = obj if isinstance(obj, str) else json.dumps(obj)
-                self.wfile.write(f"data: {data}\n\n".encode())
-                self.wfile.flush()
+                write(f"data: {data}\n\n".encode())
                 if reply.chunk_delay:
                     time.sleep(reply.chunk_delay)
 
@@ -485,15 +510,16 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
                 return [text[i : i + n] for i in range(0, len(text), n)]
 
             for _ in range(reply.pings):
-                self.wfile.write(b": ping\n\n")
-                self.wfile.flush()
+                write(b": ping\n\n")
                 time.sleep(reply.ping_interval)
             chunk({"role": "assistant", "content": None})
             if reply.raw_bytes is not None:  # e.g. invalid UTF-8 inside a content delta
-                self.wfile.write(b'data: {"id":"x","object":"chat.completion.chunk","created":0,')
-                self.wfile.write(b'"model":"m","choices":[{"index":0,"delta":{"content":"')
-                self.wfile.write(reply.raw_bytes + b'"},"finish_reason":null}]}\n\n')
-                self.wfile.flush()
+                write(
+                    b'data: {"id":"x","object":"chat.completion.chunk","created":0,'
+                    b'"model":"m","choices":[{"index":0,"delta":{"content":"'
+                    + reply.raw_bytes
+                    + b'"},"finish_reason":null}]}\n\n'
+                )
             for piece in pieces(reply.reasoning):
                 chunk({"reasoning_content": piece})
             for piece in reply.chunks if reply.chunks is not None else pieces(reply.content):
@@ -530,6 +556,8 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
                     }
                 )
             send("[DONE]")
+            self.wfile.write(b"0\r\n\r\n")  # the last chunk: the stream is complete
+            self.wfile.flush()
 
     return Handler
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
 from pathlib import Path
 
 import httpx
 
-from tests.fakes.llm_server import FakeLLMServer, Reply
+from tests.fakes.llm_server import FakeLLMServer, Reply, common_prefix_length
 from tests.luna_process import REPO
 
 USER = [{"role": "user", "content": "hi"}]
@@ -129,3 +130,42 @@ def test_fake_server_runs_as_standalone_process(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         assert proc.wait(timeout=10) == 0
+
+
+def test_fake_server_streams_on_one_kept_alive_connection(llm_server: FakeLLMServer) -> None:
+    """As llama-server: chunked streams, so a client reuses its connection (a connection per
+    request made every scripted answer pay a connect and a thread)."""
+    llm_server.default = Reply(content="ok")
+    ports = set()
+    with httpx.Client() as client:
+        for _ in range(3):
+            body = {"model": "m", "messages": USER, "stream": True}
+            with client.stream("POST", f"{llm_server.url}/chat/completions", json=body) as r:
+                assert r.headers["transfer-encoding"] == "chunked"
+                assert "close" not in r.headers.get("connection", "")
+                text = r.read().decode()
+                ports.add(r.extensions["network_stream"].get_extra_info("client_addr")[1])
+            assert _sse_events(text)[-1] == "[DONE]"
+    assert len(ports) == 1
+
+
+def test_fake_server_stream_cut_short_is_an_incomplete_body(llm_server: FakeLLMServer) -> None:
+    llm_server.script(Reply(content="a long reply", chunk_size=2, abort_after=3))
+    body = {"model": "m", "messages": USER, "stream": True}
+    with httpx.stream("POST", f"{llm_server.url}/chat/completions", json=body) as r:
+        try:
+            r.read()
+        except httpx.RemoteProtocolError:
+            return  # what a client sees when llama-server dies mid-reply
+    raise AssertionError("a cut stream read as complete")
+
+
+def test_common_prefix_length_matches_a_character_walk() -> None:
+    rng = random.Random(7)
+    for _ in range(2000):
+        a = "".join(rng.choice("ab") for _ in range(rng.randint(0, 12)))
+        b = "".join(rng.choice("ab") for _ in range(rng.randint(0, 12)))
+        walk = next(
+            (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+        )
+        assert common_prefix_length(a, b) == walk, (a, b)
