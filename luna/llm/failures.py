@@ -104,12 +104,21 @@ def translate(exc: BaseException, endpoint: str, first_byte_timeout: float) -> L
     if isinstance(exc, openai.APIStatusError):
         return _translate_status(exc, endpoint)
     chain = root_causes(exc)
+    if any(isinstance(e, httpx.RemoteProtocolError) for e in chain):
+        # The server closed the connection inside its answer (an incomplete chunked body: it
+        # crashed, was killed or restarted mid-reply).
+        return LLMError(
+            f"the stream from the LLM at {endpoint} ended before the reply was complete "
+            "(the server closed the connection; is it still running?)"
+        )
     if any(isinstance(e, httpx.TimeoutException | openai.APITimeoutError) for e in chain):
         return LLMError(
             f"the LLM at {endpoint} sent nothing for {first_byte_timeout:g}s "
             "(llm.first_byte_timeout; raise it for very long prompts)"
         )
-    return LLMError(f"the LLM call to {endpoint} failed: {type(exc).__name__}: {exc}")
+    cause = chain[-1]  # the SDK's "Connection error." says less than what it wraps
+    detail = f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
+    return LLMError(f"the LLM call to {endpoint} failed: {detail}")
 
 
 def _translate_status(exc: openai.APIStatusError, endpoint: str) -> LLMError:

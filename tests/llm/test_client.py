@@ -522,3 +522,35 @@ async def test_llm_sends_the_body_it_records(
     assert sent["messages"] == normalize_messages(HISTORY) and sent["messages"][2]["tool_calls"]
     assert sent["tools"] == TOOLS and sent["tool_choice"] == "auto"
     assert sent["model"] == client.model and sent.get("stream", False) is streamed
+
+
+async def test_llm_connection_reset_names_the_cause(luna_config: Callable[..., Config]) -> None:
+    """A server that resets the connection (here: reads the request, then RST) is one line
+    naming what happened, not the SDK's bare "Connection error."."""
+    import struct
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def reset_every_connection() -> None:
+        while True:
+            try:
+                conn, _addr = listener.accept()
+            except OSError:  # closed at the end of the test
+                return
+            conn.recv(65536)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()
+
+    threading.Thread(target=reset_every_connection, daemon=True).start()
+    cfg = luna_config({"llm": {"endpoint": f"http://127.0.0.1:{port}/v1", "max_retries": 0}})
+    c = LLMClient(cfg.llm)
+    try:
+        with pytest.raises(LLMError) as info:
+            await c.stream(USER)
+    finally:
+        await c.close()
+        listener.close()
+    assert "Connection reset by peer" in str(info.value), info.value
+    assert "Connection error." not in str(info.value)

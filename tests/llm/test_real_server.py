@@ -16,7 +16,7 @@ import pytest
 from luna import observe
 from luna.agent import Agent
 from luna.config import Config, build_config
-from luna.errors import LLMContextOverflowError
+from luna.errors import LLMContextOverflowError, LLMError
 from luna.llm import LLMClient
 from luna.memory import Memory
 from luna.messages import InboundMessage, ToolFinished, TurnDone
@@ -264,6 +264,34 @@ async def test_real_server_still_loading_is_waited_for(
         assert statuses == ["the LLM server is still loading its model; waiting…"]
     finally:
         loading.stop()
+
+
+async def test_real_server_killed_mid_reply_is_one_clear_line(
+    tmp_path: Path, real_llama: Callable[..., RealLlama]
+) -> None:
+    """llama-server streams chunked: killed mid-reply, the body is incomplete. The scripted
+    server cuts its streams the same way (tests/fakes: a stream cut short)."""
+    base = real_llama("stock")
+    doomed = RealLlama(Path(base.args[base.args.index("--model") + 1]), tmp_path / "k.log").start()
+    client = LLMClient(real_config(tmp_path, doomed, max_tokens=4000, max_retries=0).llm)
+    chunks: list[str] = []
+
+    async def on_text(text: str) -> None:
+        chunks.append(text)
+        if len(chunks) == 3 and doomed.proc is not None:
+            doomed.proc.kill()  # kill -9 while it generates
+
+    try:
+        with pytest.raises(LLMError) as info:
+            await client.stream([{"role": "user", "content": "Count to one thousand:"}],
+                                on_text=on_text, on_reasoning=on_text)  # fmt: skip
+    finally:
+        await client.close()
+        doomed.stop()
+    assert len(chunks) >= 3
+    assert "ended before the reply was complete (the server closed the connection" in str(
+        info.value
+    )
 
 
 BROKEN_CALL = {
