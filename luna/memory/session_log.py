@@ -18,8 +18,6 @@ Invariants:
     turn), and the next user message's durable commit covers it too.
 - Messages are never rewritten. Compaction is a soft cut: the summary row records the last
   message it covers, and only ``prompt_history`` looks past it; the originals stay searchable.
-- Messages are never rewritten. Compaction is a soft cut: the summary row records the last
-  message it covers, and only ``prompt_history`` looks past it; the originals stay searchable.
 - What was stored comes back as stored (``LoggedMessage``): turning it into a prompt (context,
   reasoning, tool-call/result pairing) is ``luna.agent.prompt``'s job, not the log's.
 - Blocking functions; the ``Memory`` facade runs them in a worker thread.
