@@ -46,6 +46,35 @@ async def test_large_scope_uses_ram_index_with_same_results(
     assert ids[0] not in search.vec_scores(memory.store, qvec, "owner", 10, [])
 
 
+async def test_window_docs_of_a_large_scope_score_as_in_sqlite_vec(
+    memory: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A date window's docs beyond the nearest ones get their cosine from the RAM index
+    (not read back from sqlite-vec one by one), the same figures as sqlite-vec gives."""
+    texts = [f"Note {i}: the tulips on the balcony need water." for i in range(12)]
+    ids = [await memory.add_memory(t) for t in texts]
+    docs = [
+        int(r[0])
+        for r in memory.store.query("SELECT id FROM docs WHERE kind = 'memory' ORDER BY ref_id", ())
+    ]
+    assert len(docs) == len(ids)
+    qvec = await memory.embed_query("what about the boat?")
+    small = search.vec_scores(memory.store, qvec, "owner", 1, docs)
+    monkeypatch.setattr(store, "RAM_INDEX_MIN_DOCS", 1)
+    memory.store._ram_index.clear()
+    assert memory.store.ram_index("owner") is not None
+
+    def no_vector_reads(sql: str, params=()):  # the RAM path never reads docs_vec rows
+        assert "FROM docs_vec WHERE rowid IN" not in sql, sql
+        return real_query(sql, params)
+
+    real_query = memory.store.query
+    monkeypatch.setattr(memory.store, "query", no_vector_reads)
+    big = search.vec_scores(memory.store, qvec, "owner", 1, docs)
+    assert set(big) == set(small) == set(docs)
+    assert big == pytest.approx(small, abs=1e-5)
+
+
 def _unit(rows: np.ndarray) -> np.ndarray:
     return (rows / np.linalg.norm(rows, axis=-1, keepdims=True)).astype(np.float32)
 
