@@ -45,7 +45,7 @@ def reply(body):
         return Reply(tool_calls=[{"name": "list_directory", "arguments": "{}"}])
     return Reply(content="Done: here is a short answer for you.", chunk_size=8)
 
-server = FakeLLMServer().start()
+server = FakeLLMServer(n_ctx=131072).start()  # the production context, as llm.context_tokens
 server.default = reply
 print("READY " + server.url, flush=True)
 signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
