@@ -90,6 +90,7 @@ class ContextFit:
         total = sum(sizes)
         cut = first  # messages [first, cut) are left out: whole turns, oldest first
         if total > budget:
+            budget -= len(json.dumps(f"\n\n{LEFT_OUT_NOTE}", ensure_ascii=False)) - 2  # said below
             starts = [i for i in range(first + 1, newest + 1) if out[i].get("role") == "user"]
             for start in starts:
                 total -= sum(sizes[cut:start])

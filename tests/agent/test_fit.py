@@ -53,3 +53,27 @@ def test_fit_refuses_when_the_newest_message_alone_does_not_fit() -> None:
     fit = ContextFit(131072, 4096)
     messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "w " * 50_000}]
     assert fit.shrink(messages, None, 2000) is None
+
+
+def chat(turns: int) -> list[dict[str, Any]]:
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "You are Luna. " * 40}]
+    for i in range(turns):
+        msgs += [{"role": "user", "content": f"day {i}: water the tulips " * 3},
+                 {"role": "assistant", "content": "ok"}]  # fmt: skip
+    return [*msgs, {"role": "user", "content": "and today?"}]
+
+
+def test_fit_succeeds_at_every_target_the_kept_part_fits() -> None:
+    """Found by the cold-start bench: a short message in a long chat was refused as "too
+    long" when the dropped turns freed just enough room but the left-out note did not fit."""
+    fit = ContextFit(131072, 4096)
+    messages = chat(60)
+    smallest = fit.estimate(
+        [{**messages[0], "content": f"{messages[0]['content']}\n\n{LEFT_OUT_NOTE}"}, messages[-1]],
+        None,
+    )
+    for target in range(smallest, fit.estimate(messages, None) + 2):
+        trimmed = fit.shrink(messages, None, target)
+        assert trimmed is not None, target
+        assert fit.estimate(trimmed.messages, None) <= target, target
+        assert trimmed.messages[-1]["content"] == "and today?"
