@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 
 from luna.memory import session_log
 from luna.memory.query import plan_query
-from luna.memory.search import MAX_K, RecallItem, hybrid_search, keyword_hits
+from luna.memory.search import MAX_K, KeywordHits, RecallItem, hybrid_search, keyword_hits
 from luna.memory.store import Store
 from luna.observe import Timer, log_event
 
@@ -27,6 +27,30 @@ async def _timed(embed: Callable[[str], Awaitable[bytes | None]], text: str) -> 
     with Timer() as t:
         vec = await embed(text)
     return vec, t.ms
+
+
+def _keywords(store: Store, query: str, scope: str, k: int) -> KeywordHits:
+    return keyword_hits(
+        store, query, scope=scope, k=k, plan=plan_query(query, store.speakers(scope))
+    )
+
+
+def _fused(
+    store: Store,
+    query: str,
+    qvec: bytes | None,
+    keywords: KeywordHits,
+    scope: str,
+    k: int,
+    session_id: str | None,
+) -> list[RecallItem]:
+    exclude = None
+    if session_id is not None:
+        _, cut = session_log.summary(store, session_id)
+        exclude = (session_id, cut)
+    return hybrid_search(
+        store, query, qvec, scope=scope, k=k, exclude_session=exclude, keywords=keywords
+    )
 
 
 async def run_recall(
@@ -41,36 +65,28 @@ async def run_recall(
     mode_now: Callable[[], str],
 ) -> list[RecallItem]:
     """The ``k`` best items for ``query`` (see :meth:`luna.memory.Memory.recall`)."""
-    scope_speakers = await asyncio.to_thread(store.speakers, scope)
     k = min(k, MAX_K)  # sqlite-vec's limit (luna.memory.search)
     embed_ms = 0.0
     with Timer() as t:
-        plan = plan_query(query, scope_speakers)
-        embedding = asyncio.create_task(_timed(embed, plan.text)) if mode == "hybrid" else None
+        # The vector is asked for before any database work, for the words the speakers seen
+        # last leave (speaker names are not searched for); the rare query whose words a new
+        # speaker changes is embedded again.
+        text = plan_query(query, store.speakers_seen(scope)).text
+        embedding = asyncio.create_task(_timed(embed, text)) if mode == "hybrid" else None
         try:
-            keywords = await asyncio.to_thread(
-                store.checked, keyword_hits, store, query, scope=scope, k=k, plan=plan
-            )
+            keywords = await asyncio.to_thread(store.checked, _keywords, store, query, scope, k)
+            if embedding is not None and keywords.plan.text != text:
+                embedding.cancel()
+                text = keywords.plan.text
+                embedding = asyncio.create_task(_timed(embed, text))
             qvec, embed_ms = await embedding if embedding is not None else (None, 0.0)
         finally:
             if embedding is not None and not embedding.done():
                 embedding.cancel()
-        if mode == "hybrid" and qvec is None and plan.text.strip():
+        if mode == "hybrid" and qvec is None and text.strip():
             mode = mode_now()  # the model failed just now: keyword-only
-        exclude = None
-        if session_id is not None:
-            _, cut = await asyncio.to_thread(session_log.summary, store, session_id)
-            exclude = (session_id, cut)
         items = await asyncio.to_thread(
-            store.checked,
-            hybrid_search,
-            store,
-            query,
-            qvec,
-            scope=scope,
-            k=k,
-            exclude_session=exclude,
-            keywords=keywords,
+            store.checked, _fused, store, query, qvec, keywords, scope, k, session_id
         )
     log_event(
         "memory_op",

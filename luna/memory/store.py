@@ -355,6 +355,9 @@ class Store:
                 self._doc_count = int(self.conn.execute("SELECT count(*) FROM docs").fetchone()[0])
             return self._doc_count
 
+    def speakers_seen(self, scope: str) -> list[str]:
+        return self._speakers.get(scope, [])  # what speakers() last found: no I/O, maybe stale
+
     def speakers(self, scope: str) -> list[str]:
         """Distinct speaker names recorded in ``scope`` (cached until a new one is indexed)."""
         with self.lock:

@@ -253,3 +253,26 @@ async def test_fts_keeps_a_small_scope_complete_beside_a_large_one(memory: Memor
     await memory.add_memories([{"text": t, "scope": "user:9"} for t in mine])
     hits = await memory.recall("tulip", scope="user:9", k=10)
     assert sorted(h.text for h in hits) == sorted(mine)
+
+
+async def test_recall_embeds_the_words_its_plan_searches(
+    memory: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The vector is asked for before the scope's speakers are read (from those seen last);
+    when a speaker the cache did not know changes the words, they are embedded again."""
+    await memory.add_memory("Caroline went to the support group.", speaker="Caroline")
+    memory.store._speakers.clear()  # as after a restart: no speaker seen yet
+    embedded: list[str] = []
+    real = memory.embed_query
+
+    async def recording(text: str) -> bytes | None:
+        embedded.append(text)
+        return await real(text)
+
+    monkeypatch.setattr(memory, "embed_query", recording)
+    hits = await memory.recall("When did Caroline go to the group?", k=2)
+    assert embedded[-1] == "When did go to the group?", embedded  # the plan's words
+    assert hits and "support group" in hits[0].text
+    embedded.clear()
+    await memory.recall("What did Caroline say?", k=2)  # the speaker is known now: one embed
+    assert embedded == ["What did say?"]
