@@ -95,7 +95,7 @@ class StampedServer:
     """The scripted LLM server, noting when each chat request arrived (monotonic seconds)."""
 
     def __init__(self) -> None:
-        self.server = FakeLLMServer().start()
+        self.server = FakeLLMServer(n_ctx=131072).start()  # as llm.context_tokens: never trimmed
         self.stamps: list[float] = []
         self.server.default = self._answer
 
