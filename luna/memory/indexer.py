@@ -31,9 +31,30 @@ SETTLE_S = 0.2  # start after this much quiet: messages of a burst go in one bat
 RETRY_S = 5.0
 
 
+TEXT_COLUMNS = {"message": ("messages", "content"), "memory": ("memories", "text"),
+                "summary": ("summaries", "text")}  # fmt: skip
+
+
+def pending_docs(store: Store, limit: int, after_id: int = 0) -> list[tuple[int, str, str]]:
+    """Docs without a vector: (doc id, scope, text), oldest first (blocking)."""
+    rows = store.query(
+        "SELECT id, kind, ref_id, scope FROM docs WHERE embedded = 0 AND id > ? "
+        "ORDER BY id LIMIT ?",
+        (after_id, limit),
+    )
+    texts: dict[tuple[str, int], str] = {}
+    for kind, (table, column) in TEXT_COLUMNS.items():
+        ids = [r[2] for r in rows if r[1] == kind]
+        if ids:  # at most ``limit`` (a batch) ids
+            marks = ",".join("?" * len(ids))
+            sql = f"SELECT id, {column} FROM {table} WHERE id IN ({marks})"
+            texts.update(((kind, ref), text) for ref, text in store.query(sql, ids))
+    return [(r[0], r[3], texts.get((r[1], r[2]), "")) for r in rows]
+
+
 async def index_batch(store: Store, encoder: Encoder, limit: int) -> int:
     """Embed up to ``limit`` docs that have no vector yet; returns how many."""
-    pending = await asyncio.to_thread(store.pending_docs, limit)
+    pending = await asyncio.to_thread(pending_docs, store, limit)
     if not pending:
         return 0
     vecs = await encoder.encode([p[2] for p in pending])

@@ -460,31 +460,6 @@ class Store:
         norm = float(np.linalg.norm(vec)) or 1.0
         self._write_vec(conn, doc_id, scope, (vec / norm).astype(np.float32).tobytes())
 
-    def pending_docs(self, limit: int, after_id: int = 0) -> list[tuple[int, str, str]]:
-        """Docs without a vector: (doc id, scope, text), oldest first."""
-        rows = self.query(
-            "SELECT id, kind, ref_id, scope FROM docs WHERE embedded = 0 AND id > ? "
-            "ORDER BY id LIMIT ?",
-            (after_id, limit),
-        )
-        texts = self.doc_texts([(r[1], r[2]) for r in rows])
-        return [(r[0], r[3], texts.get((r[1], r[2]), "")) for r in rows]
-
-    def doc_texts(self, refs: list[tuple[str, int]]) -> dict[tuple[str, int], str]:
-        """The text of each (kind, ref_id)."""
-        out: dict[tuple[str, int], str] = {}
-        tables = {"message": "messages", "memory": "memories", "summary": "summaries"}
-        column = {"message": "content", "memory": "text", "summary": "text"}
-        for kind, table in tables.items():
-            ids = [ref for k, ref in refs if k == kind]
-            for chunk in _chunks(ids, 500):
-                marks = ",".join("?" * len(chunk))
-                for ref, text in self.query(
-                    f"SELECT id, {column[kind]} FROM {table} WHERE id IN ({marks})", chunk
-                ):
-                    out[(kind, ref)] = text
-        return out
-
     def counts(self) -> dict[str, int]:
         q: Callable[[str], int] = lambda sql: int(self.query(sql)[0][0])  # noqa: E731
         return {
@@ -496,8 +471,3 @@ class Store:
             "indexed": q("SELECT count(*) FROM docs"),
             "embedded": q("SELECT count(*) FROM docs WHERE embedded = 1"),
         }
-
-
-def _chunks(items: list, n: int) -> Iterator[list]:
-    for i in range(0, len(items), n):
-        yield items[i : i + n]
