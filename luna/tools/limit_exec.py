@@ -176,10 +176,13 @@ def _stop(opts: argparse.Namespace, limit: str, full: set[str]) -> None:
 def main(argv: list[str]) -> int:
     opts, command = _parse(argv)
     roots = ([opts.watch] if opts.watch is not None else []) + opts.tmp
+    began = time.monotonic()
     at_limit = {root: scan(root, opts.fsize)[1] for root in roots} if opts.fsize > 0 else {}
+    # That scan was the quota watch's first (the command cannot be over --quota yet).
+    scan_every = max(QUOTA_EVERY, QUOTA_SHARE * (time.monotonic() - began))
+    next_scan = time.monotonic() + scan_every
     pid = _start(opts, command)
     full: set[str] = set()
-    next_scan, scan_every = 0.0, QUOTA_EVERY
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
