@@ -111,7 +111,7 @@ async def run_variant(template: str, turns: int, lines: int, keep: bool) -> dict
     from luna.messages import InboundMessage, TurnDone
     from luna.tools.registry import ToolRegistry
     from tests.fakes.llm_server import FakeLLMServer, Reply
-    from tests.fakes.scripted_llama import Recorder, on_real_server
+    from tests.fakes.scripted_llama import Recorder, bench_config, on_real_server
     from tests.real_llama import RealLlama, model_path
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -126,17 +126,7 @@ async def run_variant(template: str, turns: int, lines: int, keep: bool) -> dict
                 llm_cfg: dict[str, Any] = {"endpoint": server.url, "model": server.model}
                 if keep:
                     llm_cfg["history_reasoning"] = "keep"
-                cfg = build_config(
-                    {
-                        "llm": llm_cfg,
-                        "memory": {"db_path": str(base / "data/luna.db"), "librarian": False},
-                        "observe": {"log_dir": str(base / "logs"), "console": False},
-                        "agent": {"workspace": str(base / "ws")},
-                        "mcp": {"servers_file": str(base / "none.json")},
-                    },
-                    {},
-                    base_dir=base,
-                )
+                cfg = build_config(bench_config(base, llm_cfg), {}, base_dir=base)
                 memory = Memory(cfg.memory)
                 await memory.open(background=False, use_vectors=False)
                 llm = LLMClient(cfg.llm)

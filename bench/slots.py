@@ -66,7 +66,7 @@ async def run_config(name: str, turns: int, lines: int, ctx: int) -> list[dict[s
     from luna.messages import InboundMessage, TurnDone
     from luna.tools.registry import ToolRegistry
     from tests.fakes.llm_server import FakeLLMServer, Reply
-    from tests.fakes.scripted_llama import Recorder, on_real_server
+    from tests.fakes.scripted_llama import Recorder, bench_config, on_real_server
     from tests.real_llama import RealLlama, model_path
 
     conf = CONFIGS[name]
@@ -85,21 +85,8 @@ async def run_config(name: str, turns: int, lines: int, ctx: int) -> list[dict[s
         try:
             with FakeLLMServer(n_ctx=ctx) as server:  # the scripted side sees one slot's room
                 server.total_slots = conf["slots"]
-                cfg = build_config(
-                    {
-                        "llm": {
-                            "endpoint": server.url,
-                            "model": server.model,
-                            "pin_slots": conf["pin"],
-                        },
-                        "memory": {"db_path": str(base / "data/luna.db"), "librarian": False},
-                        "observe": {"log_dir": str(base / "logs"), "console": False},
-                        "agent": {"workspace": str(base / "ws")},
-                        "mcp": {"servers_file": str(base / "none.json")},
-                    },
-                    {},
-                    base_dir=base,
-                )
+                llm_cfg = {"endpoint": server.url, "model": server.model, "pin_slots": conf["pin"]}
+                cfg = build_config(bench_config(base, llm_cfg), {}, base_dir=base)
                 memory = Memory(cfg.memory)
                 await memory.open(background=False, use_vectors=False)
                 llm = LLMClient(cfg.llm)

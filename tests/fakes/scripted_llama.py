@@ -23,6 +23,7 @@ import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tests.fakes.llm_server import Reply, rough_tokens
@@ -130,3 +131,15 @@ def on_real_server(
         return dataclasses.replace(reply, usage=usage, timings=timings)
 
     return answer
+
+
+def bench_config(base: Path, llm: dict[str, Any]) -> dict[str, Any]:
+    """config.toml data for an Agent driven through the scripted server in folder ``base``: no
+    librarian, no MCP servers, logs off the console (the real-server benchmarks share it)."""
+    return {
+        "llm": llm,
+        "memory": {"db_path": str(base / "data/luna.db"), "librarian": False},
+        "observe": {"log_dir": str(base / "logs"), "console": False},
+        "agent": {"workspace": str(base / "ws")},
+        "mcp": {"servers_file": str(base / "none.json")},
+    }
