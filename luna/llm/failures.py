@@ -69,10 +69,13 @@ def is_loading(exc: BaseException) -> bool:
 
 
 def is_retryable(exc: BaseException) -> bool:
-    """A failure the same request may not meet again: connection, 429, 502, 503, 504."""
+    """A failure the same request may not meet again: connection, 429, 502, 503, 504, and a
+    server that closed the connection before answering (a kept-alive connection it had just
+    closed: the request never reached it). Asked only before any of the answer arrived."""
     if isinstance(exc, openai.APIStatusError):
         return exc.status_code in RETRY_STATUS
-    return connect_reason(exc) is not None
+    disconnected = any(isinstance(e, httpx.RemoteProtocolError) for e in root_causes(exc))
+    return disconnected or connect_reason(exc) is not None
 
 
 def retry_after(exc: BaseException) -> float | None:

@@ -65,6 +65,7 @@ class Reply:
     chunk_size: int = 4
     headers: dict[str, str] = field(default_factory=dict)
     abort_after: int | None = None  # streaming: drop the connection after this many events
+    drop: bool = False  # close the connection without any answer (as a closed keep-alive)
     pings: int = 0  # streaming: SSE keep-alive comments sent before the first chunk
     ping_interval: float = 0.0
     raw_bytes: bytes | None = None  # streaming: sent as one SSE data line instead of content
@@ -404,6 +405,9 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
                 self._json(400, context_error(n_prompt, server.n_ctx))
                 return
             reply, cached = server._next_reply(body)
+            if reply.drop:
+                self.close_connection = True
+                return
             if reply.delay:
                 time.sleep(reply.delay)
             if reply.status != 200:

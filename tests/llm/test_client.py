@@ -554,3 +554,15 @@ async def test_llm_connection_reset_names_the_cause(luna_config: Callable[..., C
         listener.close()
     assert "Connection reset by peer" in str(info.value), info.value
     assert "Connection error." not in str(info.value)
+
+
+@pytest.mark.parametrize("streamed", [True, False])
+async def test_llm_retries_a_connection_closed_before_any_answer(
+    client: LLMClient, llm_server: FakeLLMServer, streamed: bool
+) -> None:
+    """A kept-alive connection the server closed just as the request went out (the real
+    llama-server did this once mid-turn in CI): nothing was answered, so it is sent again."""
+    llm_server.script(Reply(drop=True), Reply(content="hello"))
+    resp = await (client.stream(USER) if streamed else client.chat(USER))
+    assert resp.content == "hello"
+    assert len(llm_server.requests) == 2
