@@ -15,8 +15,8 @@ Invariants:
 - Two halves: :func:`keyword_hits` (date windows, FTS) needs no query vector, so the facade
   runs it while the query is being embedded; :func:`hybrid_search` adds the vector half and
   fuses. At 100k docs each half costs a few ms: FTS takes the best matches of every scope and
-  then keeps the scope's (no join per match), and the feedback pass reuses the first pass's
-  similarities instead of scanning every vector again (:mod:`luna.memory.vector_index`).
+  then keeps the scope's (no join per match), and a large scope's vectors are searched through
+  a sketch in RAM (:mod:`luna.memory.vector_index`).
 - Blocking; the ``Memory`` facade runs both halves in worker threads.
 """
 
@@ -31,7 +31,7 @@ import numpy as np
 
 from luna.memory.query import QueryPlan, build_fts_query, plan_query, query_terms
 from luna.memory.store import Store
-from luna.memory.vector_index import VectorIndex
+from luna.memory.vector_index import Candidates
 from luna.memory.vocab import term_doc_counts
 
 __all__ = [
@@ -58,7 +58,7 @@ SPEAKER_BOOST = 0.5
 DATE_BOOST = 0.5
 WINDOW_MAX_DOCS = 2000
 # The most results one search returns: sqlite-vec refuses a KNN query for more than 4096
-# neighbours, so every vector pool is capped there too (see vector_hits).
+# neighbours, so every vector pool is capped there too (see nearest).
 MAX_K = 4096
 TIE_BREAK = 2e-3  # total bonus for recency + importance (scores are in [0, 1] plus boosts)
 RECENCY_HALF_LIFE_DAYS = 90.0
@@ -166,73 +166,69 @@ class VectorHits:
     """The vector half's result: cosine of the nearest docs (and of every window doc)."""
 
     scores: dict[int, float]
-    sims: np.ndarray | None = None  # large scopes: every doc's similarity (for feedback)
+    candidates: Candidates | None = None  # a large scope: the docs its sketch picked
 
 
-def vector_hits(
+def nearest(
     store: Store,
     query_vec: bytes | None,
     scope: str,
     limit: int,
-    window_ids: list[int],
-    feedback: tuple[VectorHits, float, float] | None = None,
+    near: VectorHits | None = None,
 ) -> VectorHits:
-    """The ``limit`` nearest docs to ``query_vec``, plus every embedded window doc.
+    """The ``limit`` nearest docs to ``query_vec``.
 
-    ``feedback=(first pass, a, b)`` says ``query_vec`` is ``a·q + b·c`` for the first pass's
-    query ``q``: a large scope then reuses that pass instead of scanning every vector again.
+    ``near`` is a pass for a query close to this one (the feedback pass's first pass): a large
+    scope then scores its candidates again instead of scanning the sketch again. A large
+    scope's search holds only its index's lock, not the store's.
     """
     if query_vec is None or not store.vector_enabled or store.dim is None:
         return VectorHits({})
     index = store.ram_index(scope)
-    sims = None
-    q = np.frombuffer(query_vec, dtype=np.float32)
-    if index is not None:  # a large scope: numpy beats the sqlite-vec scan (see vector_index)
-        with store.lock:
-            first = feedback[0].sims if feedback is not None else None
-            if feedback is not None and first is not None and len(first) == index.n:
-                hits = index.knn_near(first, q, feedback[1], feedback[2], limit)
-            else:
-                sims = index.sims(q)
-                hits = index.top(sims, limit)
-        scores = dict(hits)
-    else:
+    if index is None:
         rows = store.query(
             "SELECT rowid, distance FROM docs_vec WHERE embedding MATCH ? AND k = ? "
             "AND scope = ? ORDER BY distance",
             (query_vec, min(limit, MAX_K), scope),
         )
-        scores = {int(i): 1.0 - float(d) for i, d in rows}
-    missing = [i for i in window_ids if i not in scores]
-    if index is not None and missing:
-        missing = _scored_from_index(store, index, q, missing, scores)
+        return VectorHits({int(i): 1.0 - float(d) for i, d in rows})
+    q = np.frombuffer(query_vec, dtype=np.float32)  # numpy beats sqlite-vec (see vector_index)
+    if near is not None:
+        return VectorHits(dict(index.knn_among(near.candidates, q, limit)))
+    hits, candidates = index.search(q, limit)
+    return VectorHits(dict(hits), candidates)
+
+
+def with_windows(
+    store: Store, query_vec: bytes, scope: str, hits: VectorHits, window_ids: list[int]
+) -> VectorHits:
+    """``hits`` plus the cosine of every embedded window doc it lacks."""
+    missing = [i for i in window_ids if i not in hits.scores]
+    if not missing:
+        return hits
+    scores = dict(hits.scores)
+    q = np.frombuffer(query_vec, dtype=np.float32)
+    index = store.ram_index(scope)
+    if index is not None:  # one product (read back one by one: a third of a recall at 100k)
+        scores.update(index.scores(q, missing))
+        missing = [i for i in missing if i not in scores]
     for i in range(0, len(missing), 500):
         chunk = missing[i : i + 500]
         marks = ",".join("?" * len(chunk))
         got = store.query(f"SELECT rowid, embedding FROM docs_vec WHERE rowid IN ({marks})", chunk)
         for doc_id, blob in got:
             scores[int(doc_id)] = float(np.frombuffer(blob, dtype=np.float32) @ q)
-    return VectorHits(scores, sims)
-
-
-def _scored_from_index(
-    store: Store, index: VectorIndex, q: np.ndarray, doc_ids: list[int], scores: dict[int, float]
-) -> list[int]:
-    """Score the docs of ``doc_ids`` that a large scope's RAM index holds, in one product (read
-    back from sqlite-vec one by one they were a third of a recall at 100k docs); the rest."""
-    with store.lock:
-        known = [i for i in doc_ids if i in index.pos]
-        rows = np.fromiter((index.pos[i] for i in known), dtype=np.int64, count=len(known))
-        sims = index.mat[rows] @ q
-    scores.update(zip(known, map(float, sims), strict=True))
-    return [i for i in doc_ids if i not in scores]
+    return replace(hits, scores=scores)
 
 
 def vec_scores(
     store: Store, query_vec: bytes | None, scope: str, limit: int, window_ids: list[int]
 ) -> dict[int, float]:
     """Cosine similarity of the ``limit`` nearest docs, plus every embedded window doc."""
-    return vector_hits(store, query_vec, scope, limit, window_ids).scores
+    hits = nearest(store, query_vec, scope, limit)
+    if query_vec is None:
+        return hits.scores
+    return with_windows(store, query_vec, scope, hits, window_ids).scores
 
 
 def window_docs(store: Store, plan: QueryPlan, scope: str) -> list[int]:
@@ -262,8 +258,8 @@ def _doc_vectors(store: Store, scope: str, doc_ids: list[int]) -> np.ndarray:
     """The stored (unit) vectors of ``doc_ids`` that have one, as rows of a matrix."""
     index = store.ram_index(scope)
     if index is not None:
-        with store.lock:
-            rows = [index.mat[index.pos[i]].copy() for i in doc_ids if i in index.pos]
+        got = index.vectors(doc_ids)
+        rows = [got[i] for i in doc_ids if i in got]
     else:
         marks = ",".join("?" * len(doc_ids))
         got = store.query(f"SELECT embedding FROM docs_vec WHERE rowid IN ({marks})", doc_ids)
@@ -273,20 +269,16 @@ def _doc_vectors(store: Store, scope: str, doc_ids: list[int]) -> np.ndarray:
     return np.vstack(rows)
 
 
-def feedback_vector(
-    query_vec: bytes, top_vecs: np.ndarray, beta: float
-) -> tuple[bytes, float, float]:
-    """Rocchio: the query moved ``beta`` of the way towards the centroid of ``top_vecs``.
-
-    Returns (moved vector, a, b) with moved = a·query + b·(unit centroid)."""
+def feedback_vector(query_vec: bytes, top_vecs: np.ndarray, beta: float) -> bytes:
+    """Rocchio: the query moved ``beta`` of the way towards the centroid of ``top_vecs``."""
     q = np.frombuffer(query_vec, dtype=np.float32)
     if len(top_vecs) == 0 or beta <= 0:
-        return query_vec, 1.0, 0.0
+        return query_vec
     centroid = top_vecs.mean(axis=0)
     unit = centroid / (float(np.linalg.norm(centroid)) or 1.0)
     moved = (1 - beta) * q + beta * unit
     norm = float(np.linalg.norm(moved)) or 1.0
-    return (moved / norm).astype(np.float32).tobytes(), (1 - beta) / norm, beta / norm
+    return (moved / norm).astype(np.float32).tobytes()
 
 
 @dataclass(frozen=True)
@@ -310,7 +302,7 @@ def keyword_hits(
     return KeywordHits(plan, in_window, fts)
 
 
-def _pool(k: int) -> int:
+def _pool(k: int) -> int:  # candidates each half of a recall brings to the fusion
     return max(100, k * 10)
 
 
@@ -335,7 +327,10 @@ def hybrid_search(
         keywords = keyword_hits(store, query, scope=scope, k=k, plan=plan)
     plan, in_window, fts = keywords.plan, keywords.in_window, keywords.fts
     pool = _pool(k)
-    first = vector_hits(store, query_vec, scope, pool, in_window)
+    first = VectorHits({})
+    if query_vec is not None:
+        first = nearest(store, query_vec, scope, pool)
+        first = with_windows(store, query_vec, scope, first, in_window)
     vec = _normalized(first.scores)
     candidates = set(fts) | set(vec)
     if not candidates:
@@ -369,43 +364,43 @@ def hybrid_search(
         # best first-pass docs, so a paraphrase they share with a relevant doc is found even
         # when the question's own words are far from it.
         top = sorted(scored, key=scored.__getitem__, reverse=True)[:PRF_DOCS]
-        moved, a, b = feedback_vector(query_vec, _doc_vectors(store, scope, top), PRF_BETA)
-        again = vector_hits(store, moved, scope, pool, in_window, feedback=(first, a, b))
-        vec = _normalized(again.scores)
+        moved = feedback_vector(query_vec, _doc_vectors(store, scope, top), PRF_BETA)
+        again = nearest(store, moved, scope, pool, near=first)
+        vec = _normalized(with_windows(store, moved, scope, again, in_window).scores)
         new = [i for i in vec if i not in details]
         if new:
             details.update(_details(store, new))
         scored = {i: score_of(i, d) for i, d in details.items() if visible(d)}
-    items: list[RecallItem] = []
+    ranked = _below_replacements(scored, details)
+    best = sorted(ranked, key=ranked.__getitem__, reverse=True)[:k]
+    return [_item(details[i], ranked[i]) for i in best]
+
+
+def _item(d: dict[str, Any], score: float) -> RecallItem:
+    return RecallItem(
+        kind=d["kind"],
+        id=d["ref_id"],
+        text=d["text"],
+        created_at=d["created_at"],
+        source=d["source"],
+        score=round(score, 6),
+        external_id=d.get("external_id"),
+        session_id=d.get("session_id"),
+        importance=d.get("importance"),
+        superseded_by=d.get("superseded_by"),
+    )
+
+
+def _below_replacements(
+    scored: dict[int, float], details: dict[int, dict[str, Any]]
+) -> dict[int, float]:
+    """``scored`` with each superseded memory moved below its replacement, when both are in."""
+    memory = {details[i]["ref_id"]: s for i, s in scored.items() if details[i]["kind"] == "memory"}
+    out = dict(scored)
     for doc_id, score in scored.items():
-        d = details[doc_id]
-        items.append(
-            RecallItem(
-                kind=d["kind"],
-                id=d["ref_id"],
-                text=d["text"],
-                created_at=d["created_at"],
-                source=d["source"],
-                score=round(score, 6),
-                external_id=d.get("external_id"),
-                session_id=d.get("session_id"),
-                importance=d.get("importance"),
-                superseded_by=d.get("superseded_by"),
-            )
-        )
-    items = _below_replacements(items)
-    items.sort(key=lambda it: it.score, reverse=True)
-    return items[:k]
-
-
-def _below_replacements(items: list[RecallItem]) -> list[RecallItem]:
-    by_memory = {it.id: it for it in items if it.kind == "memory"}
-    out = []
-    for it in items:
-        newer = by_memory.get(it.superseded_by) if it.superseded_by else None
-        if newer is not None and it.score >= newer.score:
-            it = replace(it, score=newer.score * SUPERSEDED_FACTOR)
-        out.append(it)
+        newer = memory.get(details[doc_id].get("superseded_by") or 0)
+        if newer is not None and score >= newer:
+            out[doc_id] = newer * SUPERSEDED_FACTOR
     return out
 
 

@@ -435,7 +435,13 @@ class Store:
                         "SELECT rowid, embedding FROM docs_vec WHERE scope = ?", (scope,)
                     ):
                         index.upsert(int(doc_id), np.frombuffer(blob, dtype=np.float32))
-                    log_event("memory_op", op="ram_index_built", count=len(index))
+                    index.fit()
+                    log_event(
+                        "memory_op",
+                        op="ram_index_built",
+                        count=len(index),
+                        sketch=index.basis is not None,
+                    )
                 self._ram_index[scope] = index
             return self._ram_index[scope]
 

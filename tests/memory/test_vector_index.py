@@ -79,24 +79,124 @@ def _unit(rows: np.ndarray) -> np.ndarray:
     return (rows / np.linalg.norm(rows, axis=-1, keepdims=True)).astype(np.float32)
 
 
-def test_vector_index_split_scan_and_feedback_pass_are_exact() -> None:
+def _embedding_like(rng: np.random.Generator, n: int, dim: int = 384) -> np.ndarray:
+    """Unit vectors with the shape of sentence embeddings: most of their length in a few dozen
+    directions (topics), the rest spread thinly over all of them."""
+    topics = rng.standard_normal((48, dim))
+    return _unit(rng.standard_normal((n, 48)) @ topics + rng.normal(0, 0.6, (n, dim)))
+
+
+def test_split_exact_scan_matches_brute_force() -> None:
     from luna.memory import vector_index
 
     rng = np.random.default_rng(3)
-    n = vector_index.SPLIT_MIN_ROWS + vector_index.NEAR_POOL + 1000
+    n = vector_index.SPLIT_MIN_ROWS + 1000
     vecs = _unit(rng.standard_normal((n, 16)))
     index = VectorIndex(16)
     for i, v in enumerate(vecs):
         index.upsert(i, v)
     index.remove(11)
     q = _unit(vecs[0] + rng.normal(0, 0.3, 16))
-    sims = index.sims(q)  # split over threads
-    assert np.allclose(sims[: index.n][index.ids[: index.n] >= 0], (vecs @ q)[np.arange(n) != 11])
-    for c in (vecs[1], _unit(-q)):  # a nearby doc (the pool suffices), the far side (it does not)
-        a, b = 0.8, 0.2
-        moved = _unit(a * q + b * c)
-        norm = float(np.linalg.norm(a * q + b * c))
-        near = index.knn_near(sims, moved, a / norm, b / norm, 100)
-        brute = index.knn(moved, 100)
-        assert [i for i, _ in near] == [i for i, _ in brute]
-        assert 11 not in [i for i, _ in near]
+    sims = vecs @ q
+    sims[11] = -np.inf
+    assert [i for i, _ in index.exact(q, 50)] == np.argsort(-sims)[:50].tolist()
+    assert index.basis is None and index.knn(q, 50) == index.exact(q, 50)
+
+
+def test_sketch_finds_the_exact_neighbours_and_follows_writes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Through the sketch, the docs found are (all but a few of) the exact scan's, their scores
+    are exact cosines, a deleted doc never comes back, a new one is found at once, and the
+    directions are fitted again once the scope has doubled."""
+    from luna.memory import vector_index
+
+    monkeypatch.setattr(vector_index, "RAM_INDEX_MIN_DOCS", 4000)
+    monkeypatch.setattr(vector_index, "SKETCH_CANDIDATES", 400)
+    rng = np.random.default_rng(5)
+    vecs = _embedding_like(rng, 8100)
+    index = VectorIndex(384)
+    for i, v in enumerate(vecs[:4000]):
+        index.upsert(i, v)
+    index.fit()
+    assert index.basis is not None and index.basis.shape == (384, vector_index.SKETCH_DIM)
+    assert index.fitted_on == 4000
+    queries = _unit(vecs[rng.choice(4000, 30)] + rng.normal(0, 0.05, (30, 384)))
+    found = []
+    for q in queries:
+        hits, exact = index.knn(q, 20), index.exact(q, 20)
+        found.append(len({i for i, _ in hits} & {i for i, _ in exact}) / 20)
+        assert all(s == pytest.approx(float(vecs[i] @ q), abs=1e-5) for i, s in hits)
+        assert [s for _, s in hits] == sorted((s for _, s in hits), reverse=True)
+    assert np.mean(found) >= 0.99, found
+    again = []  # the feedback pass: a query moved towards the best doc, scored among candidates
+    for q in queries:
+        hits, candidates = index.search(q, 20)
+        assert candidates is not None and candidates.index is index
+        moved = _unit(0.8 * q + 0.2 * vecs[hits[0][0]])
+        among = index.knn_among(candidates, moved, 20)
+        again.append(len({i for i, _ in among} & {i for i, _ in index.exact(moved, 20)}) / 20)
+        assert all(s == pytest.approx(float(vecs[i] @ moved), abs=1e-5) for i, s in among)
+    assert np.mean(again) >= 0.99, again
+    # candidates of another index (one rebuilt meanwhile) are not used
+    stale = vector_index.Candidates(VectorIndex(384), candidates.slots[:10])
+    assert index.knn_among(stale, q, 5) == index.knn(q, 5)
+    index.remove(among[0][0])
+    assert among[0][0] not in [i for i, _ in index.knn_among(candidates, moved, 20)]
+    best = index.knn(queries[0], 1)[0][0]
+    index.remove(best)
+    assert best not in [i for i, _ in index.knn(queries[0], 20)]
+    index.upsert(99_999, queries[0])  # a new doc after the fit is in the sketch too
+    assert index.knn(queries[0], 1)[0][0] == 99_999
+    for i, v in enumerate(vecs[4000:], start=4000):
+        index.upsert(i, v)
+    assert index.fitted_on == 2 * 4000  # refitted when the live docs reached twice the fit
+
+
+def test_sketch_is_left_out_where_it_cannot_pay() -> None:
+    """Narrow vectors or too few docs: no sketch, every query scans the full vectors."""
+    rng = np.random.default_rng(1)
+    narrow = VectorIndex(16)
+    for i, v in enumerate(_unit(rng.standard_normal((25_000, 16)))):
+        narrow.upsert(i, v)
+    narrow.fit()
+    small = VectorIndex(384)
+    for i, v in enumerate(_embedding_like(rng, 500)):
+        small.upsert(i, v)
+    small.fit()
+    assert narrow.basis is None and small.basis is None
+
+
+async def test_large_scope_recall_through_the_sketch_matches_the_exact_scan(
+    memory: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scope big enough for the sketch (thresholds lowered): the store fits it when it
+    builds the index, its nearest docs are the exact scan's, and a write after the fit is
+    searchable at once."""
+    from luna.memory import vector_index
+
+    monkeypatch.setattr(store, "RAM_INDEX_MIN_DOCS", 3000)
+    monkeypatch.setattr(vector_index, "RAM_INDEX_MIN_DOCS", 3000)
+    monkeypatch.setattr(vector_index, "SKETCH_CANDIDATES", 300)
+    rng = np.random.default_rng(11)
+    vecs = _embedding_like(rng, 3200)
+    records = [{"text": f"note number {i}", "id": f"n{i}"} for i in range(len(vecs))]
+    for lo in range(0, len(vecs), 800):
+        await memory.add_memories(records[lo : lo + 800], vectors=vecs[lo : lo + 800])
+    memory.store._ram_index.clear()
+    index = memory.store.ram_index("owner")
+    assert index is not None and index.basis is not None  # fitted as it was built
+    queries = _unit(vecs[rng.choice(len(vecs), 10)] + rng.normal(0, 0.05, (10, 384)))
+    sketched = [search.vec_scores(memory.store, q.tobytes(), "owner", 20, []) for q in queries]
+    index.clear_sketch()
+    exact = [search.vec_scores(memory.store, q.tobytes(), "owner", 20, []) for q in queries]
+    index.fit()
+    shared = [len(set(a) & set(b)) / 20 for a, b in zip(sketched, exact, strict=True)]
+    assert np.mean(shared) >= 0.98, shared
+    for a, b in zip(sketched, exact, strict=True):
+        assert {i: a[i] for i in a if i in b} == pytest.approx({i: b[i] for i in a if i in b})
+    new = await memory.add_memory("a note written after the fit")
+    assert memory.store.ram_index("owner") is index
+    doc = memory.store.query("SELECT id FROM docs WHERE kind = 'memory' AND ref_id = ?", (new,))
+    vec = memory.store.query("SELECT embedding FROM docs_vec WHERE rowid = ?", (doc[0][0],))
+    assert list(search.vec_scores(memory.store, vec[0][0], "owner", 1, [])) == [doc[0][0]]
