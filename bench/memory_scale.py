@@ -11,6 +11,10 @@ Measures, on real SQLite files in a temporary folder with the packaged MiniLM mo
    store reuses LoCoMo turns: each text gets a distinct suffix and its vector a small random
    perturbation, so term statistics and vector geometry stay realistic without encoding 100k
    texts on a CPU for twenty minutes;
+   then, on the large store, the same recalls with every full vector scanned instead of the
+   sketch (``luna.memory.vector_index``: the search before it), and how much they agree: the
+   sketch's vector recall@100 against the exact scan, and the share of the exact search's
+   top 10 that the sketch's recall returns too;
 4. peak RSS of the process.
 
 Usage: ``python bench/memory_scale.py [--n 100000] [--queries 200] [--data DIR]``. Prints a
@@ -35,7 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from locomo import DEFAULT_DATA, turns  # noqa: E402
+from locomo import _EVIDENCE, DEFAULT_DATA, turns  # noqa: E402
 
 from luna.config import MemoryConfig  # noqa: E402
 from luna.memory import Memory  # noqa: E402
@@ -50,24 +54,48 @@ def pct(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))] if values else 0.0
 
 
-async def timed_recalls(mem: Memory, queries: list[str]) -> list[float]:
-    out = []
+async def timed_recalls(mem: Memory, queries: list[str]) -> tuple[list[float], list[list[str]]]:
+    """Each recall's time (ms) and the external ids of the docs it returned."""
+    times, found = [], []
     for q in queries:
         start = time.perf_counter()
-        await mem.recall(q, k=10)
-        out.append((time.perf_counter() - start) * 1000)
-    return out
+        items = await mem.recall(q, k=10)
+        times.append((time.perf_counter() - start) * 1000)
+        found.append([it.external_id or "" for it in items])
+    return times, found
 
 
-def load_corpus(data: Path) -> tuple[list[list[dict]], list[str]]:
-    convs, questions = [], []
+def overlap(a: list[list[str]], b: list[list[str]]) -> float:
+    """Mean share of each list of ``a`` that its list in ``b`` holds too."""
+    shares = [len(set(x) & set(y)) / len(x) for x, y in zip(a, b, strict=True) if x]
+    return statistics.mean(shares) if shares else 1.0
+
+
+def load_corpus(data: Path) -> tuple[list[list[dict]], list[str], list[set[str]]]:
+    """LoCoMo's conversations (turns), questions, and each question's evidence turns as
+    ``conversation/dia_id``."""
+    convs, questions, evidence = [], [], []
     for path in sorted(data.glob("*.json")):
         conv = json.loads(path.read_text())
-        convs.append(turns(conv, path.stem))
-        questions += [str(q["question"]) for q in conv["qa"] if q.get("category") != 5]
+        convs.append([{**t, "id": f"{path.stem}/{t['id']}"} for t in turns(conv, path.stem)])
+        for qa in conv["qa"]:
+            if qa.get("category") != 5:
+                questions.append(str(qa["question"]))
+                found = _EVIDENCE.findall(" ".join(map(str, qa.get("evidence", []))))
+                evidence.append({f"{path.stem}/{e}" for e in found})
     if not convs:
         raise SystemExit(f"no LoCoMo conversations in {data}")
-    return convs, questions
+    return convs, questions, evidence
+
+
+def evidence_recall(found: list[list[str]], evidence: list[set[str]]) -> float:
+    """Mean share of each question's evidence turns among its recalled docs (any copy)."""
+    shares = [
+        len(want & {doc.split("#")[0] for doc in got}) / len(want)
+        for got, want in zip(found, evidence, strict=True)
+        if want
+    ]
+    return statistics.mean(shares) if shares else 0.0
 
 
 async def main() -> int:
@@ -80,8 +108,8 @@ async def main() -> int:
     args = parser.parse_args()
     if args.quick:
         args.n, args.queries, args.ingest = 20_000, 100, 500
-    convs, questions = await asyncio.to_thread(load_corpus, args.data)
-    questions = questions[: args.queries]
+    convs, questions, evidence = await asyncio.to_thread(load_corpus, args.data)
+    questions, evidence = questions[: args.queries], evidence[: args.queries]
     all_turns = [t for c in convs for t in c]
     result: dict[str, object] = {"bench": "memory_scale"}
 
@@ -121,7 +149,7 @@ async def main() -> int:
         mem = Memory(MemoryConfig(db_path=Path(tmp) / "locomo.db"))
         await mem.open(background=False)
         await mem.add_memories(conv)
-        lat = await timed_recalls(mem, questions)
+        lat, _ = await timed_recalls(mem, questions)
         result["locomo_size_docs"] = len(conv)
         result["locomo_recall_ms_p50"] = round(statistics.median(lat), 2)
         result["locomo_recall_ms_p95"] = round(pct(lat, 95), 2)
@@ -147,9 +175,28 @@ async def main() -> int:
         result["large_store_docs"] = args.n
         result["large_store_write_s"] = round(time.perf_counter() - start, 1)
         await mem.recall("warm up the caches", k=10)
-        lat = await timed_recalls(mem, questions)
+        lat, sketched = await timed_recalls(mem, questions)
         result["large_recall_ms_p50"] = round(statistics.median(lat), 2)
         result["large_recall_ms_p95"] = round(pct(lat, 95), 2)
+
+        # 3c. the same store and queries with every full vector scanned (no sketch: the
+        # search before it), and how much of the sketch's answers the exact search shares
+        index = mem.store.ram_index("owner")
+        if index is not None and index.basis is not None:
+            qvecs = [np.frombuffer(await mem.embed_query(q) or b"", np.float32) for q in questions]
+            hits = [
+                len({i for i, _ in index.knn(q, 100)} & {i for i, _ in index.exact(q, 100)}) / 100
+                for q in qvecs
+            ]
+            result["sketch_vector_recall_at_100"] = round(statistics.mean(hits), 4)
+            index.clear_sketch()
+            lat, exact = await timed_recalls(mem, questions)
+            index.fit()
+            result["exact_scan_recall_ms_p50"] = round(statistics.median(lat), 2)
+            result["exact_scan_recall_ms_p95"] = round(pct(lat, 95), 2)
+            result["sketch_top10_same_as_exact"] = round(overlap(exact, sketched), 4)
+            result["sketch_evidence_r10"] = round(evidence_recall(sketched, evidence), 4)
+            result["exact_scan_evidence_r10"] = round(evidence_recall(exact, evidence), 4)
         result["large_db_mb"] = round((Path(tmp) / "big.db").stat().st_size / 1e6, 1)
         await mem.close()
 
@@ -165,6 +212,17 @@ async def main() -> int:
         (
             f"recall p50/p95 @ {args.n} docs",
             f"{result['large_recall_ms_p50']} / {result['large_recall_ms_p95']} ms",
+        ),
+        (
+            "  same, every vector scanned (no sketch)",
+            f"{result.get('exact_scan_recall_ms_p50')} / "
+            f"{result.get('exact_scan_recall_ms_p95')} ms",
+        ),
+        ("  sketch: vector recall@100 vs exact", f"{result.get('sketch_vector_recall_at_100')}"),
+        ("  sketch: top-10 recalled as exact", f"{result.get('sketch_top10_same_as_exact')}"),
+        (
+            "  LoCoMo evidence R@10, sketch / exact",
+            f"{result.get('sketch_evidence_r10')} / {result.get('exact_scan_evidence_r10')}",
         ),
         ("large store size", f"{result['large_db_mb']} MB"),
         ("peak RSS", f"{result['peak_rss_mb']} MB"),
