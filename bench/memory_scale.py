@@ -12,9 +12,9 @@ Measures, on real SQLite files in a temporary folder with the packaged MiniLM mo
    perturbation, so term statistics and vector geometry stay realistic without encoding 100k
    texts on a CPU for twenty minutes;
    then, on the large store, the same recalls with every full vector scanned instead of the
-   sketch (``luna.memory.vector_index``: the search before it), and how much they agree: the
-   sketch's vector recall@100 against the exact scan, and the share of the exact search's
-   top 10 that the sketch's recall returns too;
+   sketch (``luna.memory.vector_index``), and how much they agree: the sketch's vector
+   recall@100 against the exact scan, the share of the exact search's top 10 that the
+   sketch's recall returns too, and the LoCoMo evidence recall@10 of each;
 4. peak RSS of the process.
 
 Usage: ``python bench/memory_scale.py [--n 100000] [--queries 200] [--data DIR]``. Prints a
@@ -179,8 +179,8 @@ async def main() -> int:
         result["large_recall_ms_p50"] = round(statistics.median(lat), 2)
         result["large_recall_ms_p95"] = round(pct(lat, 95), 2)
 
-        # 3c. the same store and queries with every full vector scanned (no sketch: the
-        # search before it), and how much of the sketch's answers the exact search shares
+        # 3c. the same store and queries with every full vector scanned (no sketch), and how
+        # much the two searches agree
         index = mem.store.ram_index("owner")
         if index is not None and index.basis is not None:
             qvecs = [np.frombuffer(await mem.embed_query(q) or b"", np.float32) for q in questions]
