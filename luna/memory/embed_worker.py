@@ -26,6 +26,8 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
+import signal
+import sys
 import threading
 import time
 import weakref
@@ -58,6 +60,22 @@ def exit_with_parent(parent_pid: int) -> None:
         time.sleep(PARENT_CHECK_S)
         if os.getppid() != parent_pid:
             os._exit(0)
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Be killed by the kernel the moment the thread that started this process goes
+    (``PR_SET_PDEATHSIG``, Linux), and exit now if ``parent_pid`` is already gone; elsewhere,
+    :func:`exit_with_parent` in a daemon thread. For a child that must not outlive its parent
+    even by :func:`exit_with_parent`'s half second (the model export, whose parent a shutdown
+    terminates)."""
+    if sys.platform == "linux":
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    else:  # pragma: no cover - Linux only here
+        threading.Thread(target=exit_with_parent, args=(parent_pid,), daemon=True).start()
+    if os.getppid() != parent_pid:
+        os._exit(0)
 
 
 def _lower_priority() -> None:

@@ -45,6 +45,7 @@ UNSUPPORTED = "unsupported.json"
 EXPORT_TIMEOUT_S = 900.0
 STALE_TMP_S = 3600.0
 EXIT_UNSUPPORTED = 3  # the exporter's exit code for "this model cannot be exported"
+PARENT_ENV = "LUNA_EXPORT_PARENT"  # the pid the exporter dies with (see onnx_export.main)
 
 
 def cache_dir_for(db_path: Path) -> Path:
@@ -184,9 +185,10 @@ def run_export(cache_dir: Path, model_name: str, dim: int) -> ExportOutcome:
     """Export the model into the cache in a child process (torch lives and dies there)."""
     start = time.monotonic()
     cmd = [sys.executable, "-m", "luna.memory.onnx_export", model_name, str(dim), str(cache_dir)]
+    env = {**os.environ, PARENT_ENV: str(os.getpid())}
     try:
         proc = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S, check=False
+            cmd, capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S, check=False, env=env
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return ExportOutcome(False, f"the export did not finish: {exc}", time.monotonic() - start)

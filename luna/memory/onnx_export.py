@@ -14,7 +14,9 @@ Invariants:
   An export that fails that check is recorded as unsupported too.
 - Exit code 0: published; ``EXIT_UNSUPPORTED``: recorded as unsupported; anything else: nothing
   published (the next start tries again). The last stdout line says what happened.
-- The process exits by itself when its parent (the embedding process) is gone.
+- The process dies with its parent (the embedding process): the kernel kills it the moment
+  the parent goes (``PR_SET_PDEATHSIG``), so a shutdown that terminates the parent mid-export
+  leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -30,11 +32,12 @@ from typing import Any
 
 import numpy as np
 
-from luna.memory.embed_worker import exit_with_parent
+from luna.memory.embed_worker import die_with_parent, exit_with_parent
 from luna.memory.embeddings import ONNX_BATCH_SIZE, quiet_progress_bars, resolve_model
 from luna.memory.model_cache import (
     EXIT_UNSUPPORTED,
     MANIFEST,
+    PARENT_ENV,
     UNSUPPORTED,
     cache_key,
     new_tmp_dir,
@@ -192,7 +195,11 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 3:
         print("usage: python -m luna.memory.onnx_export MODEL DIM CACHE_DIR", file=sys.stderr)
         return 2
-    threading.Thread(target=exit_with_parent, args=(os.getppid(),), daemon=True).start()
+    parent = os.environ.get(PARENT_ENV)
+    if parent:  # started by run_export: go the moment the embedding process does
+        die_with_parent(int(parent))
+    else:
+        threading.Thread(target=exit_with_parent, args=(os.getppid(),), daemon=True).start()
     code, detail = export(args[0], int(args[1]), Path(args[2]))
     print(detail, flush=True)
     return code

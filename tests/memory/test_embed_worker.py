@@ -87,3 +87,71 @@ def test_embed_worker_dies_with_a_killed_parent(tmp_path: Path, model_cache: Pat
             break
         time.sleep(0.05)
     assert not Path(f"/proc/{worker_pid}").exists(), "embedding worker outlived its parent"
+
+
+DIES_WITH_PARENT = """
+import os, sys, time
+from luna.memory.embed_worker import die_with_parent
+die_with_parent(int(sys.argv[1]))
+print(os.getpid(), flush=True)
+time.sleep(120)
+"""
+
+MIDDLE = """
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", sys.argv[1], str(__import__("os").getpid())],
+                         stdout=subprocess.PIPE, text=True)
+print(child.stdout.readline().strip(), flush=True)
+time.sleep(120)
+"""
+
+
+def _gone(pid: int) -> bool:
+    """No such process, or only its zombie (dead, not yet reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_model_export_child_dies_the_moment_its_parent_does() -> None:
+    """The export (``die_with_parent``) is killed by the kernel when its parent goes: even a
+    child that cannot run (stopped, like one stuck in a long import) is gone at once, where a
+    poll of the parent's pid would never notice. Luna's shutdown terminates the embedding
+    process mid-export; the export used to outlive it (CI: an orphan after SIGTERM)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    middle = subprocess.Popen(
+        [sys.executable, "-c", MIDDLE, DIES_WITH_PARENT], stdout=subprocess.PIPE, text=True, env=env
+    )
+    assert middle.stdout is not None
+    child = int(middle.stdout.readline())
+    try:
+        os.kill(child, signal.SIGSTOP)
+        middle.kill()
+        middle.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while not _gone(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _gone(child), "the stopped child outlived its parent"
+    finally:
+        if not _gone(child):
+            os.kill(child, signal.SIGKILL)
+
+
+def test_run_export_tells_the_exporter_whom_to_die_with(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from luna.memory import model_cache
+
+    seen: dict[str, object] = {}
+
+    def fake_run(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+        seen.update(cmd=cmd, env=kw.get("env"))
+        return subprocess.CompletedProcess(cmd, 0, "exported\n", "")
+
+    monkeypatch.setattr(model_cache.subprocess, "run", fake_run)
+    outcome = model_cache.run_export(tmp_path, "all-MiniLM-L6-v2", 384)
+    assert outcome.ok and seen["cmd"][:3] == [sys.executable, "-m", "luna.memory.onnx_export"]
+    env = seen["env"]
+    assert isinstance(env, dict) and env[model_cache.PARENT_ENV] == str(os.getpid())
