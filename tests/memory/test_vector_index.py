@@ -200,3 +200,49 @@ async def test_large_scope_recall_through_the_sketch_matches_the_exact_scan(
     doc = memory.store.query("SELECT id FROM docs WHERE kind = 'memory' AND ref_id = ?", (new,))
     vec = memory.store.query("SELECT embedding FROM docs_vec WHERE rowid = ?", (doc[0][0],))
     assert list(search.vec_scores(memory.store, vec[0][0], "owner", 1, [])) == [doc[0][0]]
+
+
+def test_searches_and_writes_from_two_threads_keep_the_index_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The index's own lock: searches in one thread while another writes, grows the arrays and
+    refits the sketch never see a half-made index (the store no longer serializes them)."""
+    import threading
+
+    from luna.memory import vector_index
+
+    monkeypatch.setattr(vector_index, "RAM_INDEX_MIN_DOCS", 1500)
+    monkeypatch.setattr(vector_index, "SKETCH_CANDIDATES", 200)
+    rng = np.random.default_rng(9)
+    vecs = _embedding_like(rng, 4000)
+    index = VectorIndex(384)
+    for i, v in enumerate(vecs[:1500]):
+        index.upsert(i, v)
+    index.fit()
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def search() -> None:
+        picks = np.random.default_rng(10)
+        try:
+            while not done.is_set():
+                q = vecs[int(picks.integers(0, 500))]  # docs the writer never removes
+                hits, candidates = index.search(q, 10)
+                assert len(hits) == 10 and hits[0][1] == pytest.approx(1.0, abs=1e-4)
+                index.knn_among(candidates, q, 10)
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    reader = threading.Thread(target=search)
+    reader.start()
+    try:
+        for i, v in enumerate(vecs[1500:], start=1500):  # grows past 2048 rows, refits at 3000
+            index.upsert(i, v)
+            if i % 7 == 0:
+                index.remove(i - 1000)
+    finally:
+        done.set()
+        reader.join(timeout=30)
+    assert not errors, errors
+    assert index.fitted_on == 3000 and len(index.mat) >= 4000
+    assert index.knn(vecs[3999], 1)[0][0] == 3999
