@@ -109,32 +109,29 @@ class VectorIndex:
         self.basis: np.ndarray | None = None  # dim × SKETCH_DIM, once fitted
         self.sketch = np.zeros((0, SKETCH_DIM), dtype=np.float32)  # mat @ basis
         self.fitted_on = 0  # live docs when the basis was fitted
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # re-entered: a write that doubles the scope refits
 
     def __len__(self) -> int:
         return len(self.pos)
 
     def upsert(self, doc_id: int, vec: np.ndarray) -> None:
         with self.lock:
-            self._upsert(doc_id, vec)
-
-    def _upsert(self, doc_id: int, vec: np.ndarray) -> None:
-        p = self.pos.get(doc_id)
-        if p is None:
-            if self.n == len(self.ids):
-                self.ids = np.concatenate([self.ids, np.full(self.n, -1, dtype=np.int64)])
-                self.mat = np.concatenate([self.mat, np.zeros_like(self.mat)])
-                if self.basis is not None:
-                    self.sketch = np.concatenate([self.sketch, np.zeros_like(self.sketch)])
-            p = self.n
-            self.n += 1
-            self.pos[doc_id] = p
-            self.ids[p] = doc_id
-        self.mat[p] = vec
-        if self.basis is not None:
-            self.sketch[p] = vec @ self.basis
-            if len(self.pos) >= 2 * self.fitted_on:
-                self._fit()
+            p = self.pos.get(doc_id)
+            if p is None:
+                if self.n == len(self.ids):
+                    self.ids = np.concatenate([self.ids, np.full(self.n, -1, dtype=np.int64)])
+                    self.mat = np.concatenate([self.mat, np.zeros_like(self.mat)])
+                    if self.basis is not None:
+                        self.sketch = np.concatenate([self.sketch, np.zeros_like(self.sketch)])
+                p = self.n
+                self.n += 1
+                self.pos[doc_id] = p
+                self.ids[p] = doc_id
+            self.mat[p] = vec
+            if self.basis is not None:
+                self.sketch[p] = vec @ self.basis
+                if len(self.pos) >= 2 * self.fitted_on:
+                    self.fit()
 
     def remove(self, doc_id: int) -> None:
         with self.lock:
@@ -158,14 +155,22 @@ class VectorIndex:
             sims = self.mat[rows] @ query
         return dict(zip(known, map(float, sims), strict=True))
 
-    def fit(self, seed: int = 0) -> None:
+    def fit(self) -> None:
         """Fit the sketch's directions on (a sample of) the live vectors, and project them.
 
         The directions are the top eigenvectors of the vectors' uncentred second moment: the
         subspace that keeps the most of every dot product with a vector like them.
         """
         with self.lock:
-            self._fit(seed)
+            live = np.flatnonzero(self.ids[: self.n] >= 0)
+            if self.dim < 2 * SKETCH_DIM or len(live) < RAM_INDEX_MIN_DOCS:
+                return  # too small or narrow to pay: every query scans the full vectors
+            rng = np.random.default_rng(0)
+            sample = self.mat[rng.choice(live, min(len(live), SKETCH_FIT_SAMPLE), replace=False)]
+            _, vectors = np.linalg.eigh(sample.T.astype(np.float64) @ sample)
+            self.basis = np.ascontiguousarray(vectors[:, ::-1][:, :SKETCH_DIM], dtype=np.float32)
+            self.sketch = self.mat @ self.basis
+            self.fitted_on = len(live)
 
     def clear_sketch(self) -> None:
         """Scan every full vector from now on (until :meth:`fit`): benchmarks compare both."""
@@ -174,25 +179,10 @@ class VectorIndex:
             self.sketch = np.zeros((0, SKETCH_DIM), dtype=np.float32)
             self.fitted_on = 0
 
-    def _fit(self, seed: int = 0) -> None:
-        live = np.flatnonzero(self.ids[: self.n] >= 0)
-        if self.dim < 2 * SKETCH_DIM or len(live) < RAM_INDEX_MIN_DOCS:
-            return  # too small or narrow to pay: every query scans the full vectors
-        rng = np.random.default_rng(seed)
-        sample = self.mat[rng.choice(live, min(len(live), SKETCH_FIT_SAMPLE), replace=False)]
-        _, vectors = np.linalg.eigh(sample.T.astype(np.float64) @ sample)
-        self.basis = np.ascontiguousarray(vectors[:, ::-1][:, :SKETCH_DIM], dtype=np.float32)
-        self.sketch = self.mat @ self.basis
-        self.fitted_on = len(live)
-
     def exact(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         """The ``k`` most similar live docs by a scan of every full vector."""
         with self.lock:
-            return self._exact(query, k)
-
-    def _exact(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
-        sims = _scan(self.mat[: self.n], query)
-        return self._best(np.arange(self.n), sims, k)
+            return self._best(np.arange(self.n), _scan(self.mat[: self.n], query), k)
 
     def knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         """The ``k`` most similar live docs: (doc id, exact cosine similarity), best first."""
@@ -207,7 +197,7 @@ class VectorIndex:
                 return [], None
             wanted = max(SKETCH_CANDIDATES, SKETCH_OVERFETCH * k)
             if self.basis is None or 2 * wanted >= self.n:
-                return self._exact(query, k), None
+                return self.exact(query, k), None
             rough = _scan(self.sketch[: self.n], query @ self.basis)
             if len(self.pos) < self.n:  # tombstones are never candidates
                 rough[self.ids[: self.n] < 0] = -np.inf
@@ -225,8 +215,8 @@ class VectorIndex:
         Without candidates of this index, :meth:`knn`."""
         if candidates is None or candidates.index is not self:
             return self.knn(query, k)
-        with self.lock:
-            slots = candidates.slots[candidates.slots < self.n]
+        with self.lock:  # slots stay valid: an index only grows (removals leave tombstones)
+            slots = candidates.slots
             return self._best(slots, self.mat[slots] @ query, k)
 
     def _best(self, slots: np.ndarray, sims: np.ndarray, k: int) -> list[tuple[int, float]]:

@@ -86,6 +86,15 @@ def _embedding_like(rng: np.random.Generator, n: int, dim: int = 384) -> np.ndar
     return _unit(rng.standard_normal((n, 48)) @ topics + rng.normal(0, 0.6, (n, dim)))
 
 
+def _fitted(vecs: np.ndarray) -> VectorIndex:
+    """An index of ``vecs`` (doc id = row), with its sketch fitted where it pays."""
+    index = VectorIndex(vecs.shape[1])
+    for i, v in enumerate(vecs):
+        index.upsert(i, v)
+    index.fit()
+    return index
+
+
 def test_split_exact_scan_matches_brute_force() -> None:
     from luna.memory import vector_index
 
@@ -115,10 +124,7 @@ def test_sketch_finds_the_exact_neighbours_and_follows_writes(
     monkeypatch.setattr(vector_index, "SKETCH_CANDIDATES", 400)
     rng = np.random.default_rng(5)
     vecs = _embedding_like(rng, 8100)
-    index = VectorIndex(384)
-    for i, v in enumerate(vecs[:4000]):
-        index.upsert(i, v)
-    index.fit()
+    index = _fitted(vecs[:4000])
     assert index.basis is not None and index.basis.shape == (384, vector_index.SKETCH_DIM)
     assert index.fitted_on == 4000
     queries = _unit(vecs[rng.choice(4000, 30)] + rng.normal(0, 0.05, (30, 384)))
@@ -156,14 +162,8 @@ def test_sketch_finds_the_exact_neighbours_and_follows_writes(
 def test_sketch_is_left_out_where_it_cannot_pay() -> None:
     """Narrow vectors or too few docs: no sketch, every query scans the full vectors."""
     rng = np.random.default_rng(1)
-    narrow = VectorIndex(16)
-    for i, v in enumerate(_unit(rng.standard_normal((25_000, 16)))):
-        narrow.upsert(i, v)
-    narrow.fit()
-    small = VectorIndex(384)
-    for i, v in enumerate(_embedding_like(rng, 500)):
-        small.upsert(i, v)
-    small.fit()
+    narrow = _fitted(_unit(rng.standard_normal((25_000, 16))))
+    small = _fitted(_embedding_like(rng, 500))
     assert narrow.basis is None and small.basis is None
 
 
@@ -215,10 +215,7 @@ def test_searches_and_writes_from_two_threads_keep_the_index_whole(
     monkeypatch.setattr(vector_index, "SKETCH_CANDIDATES", 200)
     rng = np.random.default_rng(9)
     vecs = _embedding_like(rng, 4000)
-    index = VectorIndex(384)
-    for i, v in enumerate(vecs[:1500]):
-        index.upsert(i, v)
-    index.fit()
+    index = _fitted(vecs[:1500])
     errors: list[BaseException] = []
     done = threading.Event()
 
