@@ -35,6 +35,7 @@ from typing import Any
 from luna import observe
 from luna.agent.calls import run_round, vet_calls
 from luna.agent.fit import ContextFit
+from luna.agent.head import Head, SessionHeads
 from luna.agent.prompt import (
     assistant_message,
     attach_context,
@@ -111,6 +112,7 @@ class Agent:
         self.librarian = librarian
         self.requests = requests  # what was sent, for `luna doctor cache` and `luna replay`
         self.fit = ContextFit(cfg.llm.context_tokens, cfg.llm.max_tokens)
+        self.heads = SessionHeads(memory, registry)
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}  # session -> (lock, turns using it)
         self._refused: dict[str, set[str]] = {}  # session -> digests the server refused
         self._active: set[asyncio.Task[Any]] = set()
@@ -257,10 +259,17 @@ class Agent:
         return build_messages(self.cfg.agent.system_prompt, summary, history, user_message)
 
     async def _turn(self, msg: InboundMessage, emit: Callable[[AgentEvent], None]) -> int:
-        messages = await self._prompt(msg)
+        # The head (a first turn may wait for MCP servers) is settled while the message is
+        # committed and recall runs.
+        head = asyncio.create_task(self._head(msg.session_id, emit))
+        try:
+            messages = await self._prompt(msg)
+            declared = await head
+        finally:
+            head.cancel()  # a no-op once it is done
         budget = TurnBudget(self.cfg.agent.max_rounds)
-        tools, allowed = self._offered_tools(msg)
-        ctx = self._tool_context(msg, budget, depth=0, allowed=allowed)
+        tools, allowed = self._offered_tools(msg, declared)
+        ctx = self._tool_context(msg, budget, depth=0, allowed=allowed, declared=declared.names)
         call = ModelCall(self.llm, self.fit, self._refused_in(msg.session_id), msg.session_id)
         messages = call.leave_out_refused(messages)
         keep_reasoning = self.cfg.llm.history_reasoning != "drop"
@@ -309,18 +318,24 @@ class Agent:
             )
         return rounds
 
-    def _offered_tools(
-        self, msg: InboundMessage
-    ) -> tuple[list[dict[str, Any]] | None, frozenset[str] | None]:
-        """The tool specs this turn offers, and the names it may run (None: all offered)."""
+    async def _head(self, session_id: str, emit: Callable[[AgentEvent], None]) -> Head:
         if not self.tools_enabled:
-            return None, None
+            return Head()
+        head = await self.heads.for_session(session_id)
+        for line in head.notes:
+            emit(Status(line))
+        return head
+
+    def _offered_tools(
+        self, msg: InboundMessage, head: Head
+    ) -> tuple[list[dict[str, Any]] | None, frozenset[str] | None]:
+        """The tool specs this turn offers, and the names it may run (None: any)."""
+        if not head.tools:
+            return None, frozenset()
         if msg.allow_tools:
-            return self.registry.specs(), None
-        guest = self.registry.guest_names()  # no tool rights, but the tools meant for everyone
-        if guest:
-            return self.registry.specs(names=guest), frozenset(guest)
-        return None, None
+            return head.tools, None
+        guest, allowed = self.heads.for_guest(head)  # no tool rights: the tools for everyone
+        return guest or None, allowed
 
     def _final_reply(
         self, resp: LLMResponse, at_limit: bool, emit: Callable[[AgentEvent], None]
@@ -440,6 +455,7 @@ class Agent:
         depth: int,
         workdir: Path | None = None,
         allowed: frozenset[str] | None = None,
+        declared: frozenset[str] | None = None,
     ) -> ToolContext:
         async def spawn(task: str, tool_names: list[str] | None, workdir: Path | None) -> str:
             sub_ctx = self._tool_context(msg, budget, depth=1, workdir=workdir)
@@ -467,6 +483,7 @@ class Agent:
             scope=msg.scope,
             address=msg.address,
             allowed_tools=allowed,
+            declared=declared,
         )
 
 

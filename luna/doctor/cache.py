@@ -4,10 +4,13 @@ For each request of the session (from the request log): prompt, cached and prefi
 For a request that does not extend the previous one (its messages are not the previous
 request's messages plus the reply that came back), the first message and character where the
 two stopped matching, and why: a summary changed by compaction, reasoning dropped, old
-messages left out to fit the context, a tool result shrunk, the tool list or system prompt
-changed. A request that extends the previous one in JSON but still re-prefilled old tokens is
-the server's template re-rendering history (the stock Qwen3.5 template drops reasoning before
-the last user message); that is said too.
+messages left out to fit the context, a tool result shrunk, the tool list (named: which tools
+came or went) or system prompt changed. Above the table, the heads the session has kept
+(``luna.agent.head``): when each was fixed and how its tools differ from the one before.
+
+A request that extends the previous one in JSON but still re-prefilled old tokens is the
+server's template re-rendering history (the stock Qwen3.5 template drops reasoning before the
+last user message); that is said too.
 
 Read-only; works with Luna running.
 """
@@ -23,6 +26,7 @@ from typing import Any
 from luna.agent.fit import LEFT_OUT_NOTE
 from luna.agent.prompt import SUMMARY_HEADER
 from luna.config import Config
+from luna.memory.heads import read_history
 from luna.memory.request_log import LoggedRequest, RequestLog
 
 SLACK_TOKENS = 8  # a few tokens are always re-evaluated (the last token, checkpoints)
@@ -85,7 +89,8 @@ def _why(previous: dict[str, Any], current: dict[str, Any] | None, index: int) -
 def compare(previous: LoggedRequest, current: LoggedRequest) -> tuple[bool, str]:
     """(extends, note) for one request against the one before it."""
     if previous.body.get("tools") != current.body.get("tools"):
-        return False, "the tool list changed (it is rendered before everything else)"
+        change = _tools_change(previous.body.get("tools"), current.body.get("tools"))
+        return False, f"the tool list changed ({change}; it is rendered before everything else)"
     expected = previous.messages + [m for m in [_as_sent(previous.reply)] if m is not None]
     sent = current.messages
     for i, want in enumerate(expected):
@@ -98,6 +103,36 @@ def compare(previous: LoggedRequest, current: LoggedRequest) -> tuple[bool, str]
         char = _first_difference(_text(want), _text(got))
         return False, f"{where} char {char}: {_why(want, got, i)}"
     return True, ""
+
+
+def _by_name(tools: Any) -> dict[str, Any]:
+    return {
+        str((t.get("function") or {}).get("name")): t for t in tools or [] if isinstance(t, dict)
+    }
+
+
+def _tools_change(before: Any, after: Any) -> str:
+    """How two tool lists differ, by name: "+added, -removed, ~changed", else "reordered"."""
+    old, new = _by_name(before), _by_name(after)
+    diff = [f"+{n}" for n in new if n not in old] + [f"-{n}" for n in old if n not in new]
+    diff += [f"~{n}" for n in new if n in old and new[n] != old[n]]
+    return ", ".join(diff) or "reordered"
+
+
+def describe_heads(heads: list[tuple[int, str, dict[str, Any]]]) -> list[str]:
+    """One line per head the session has had (kept with it; see luna.agent.head)."""
+    lines = []
+    previous: Any = None
+    for cut, created, head in heads:
+        tools = head.get("tools") or []
+        when = "fixed at the first turn" if cut == 0 else f"rebuilt at a compaction (cut {cut})"
+        change = f": {_tools_change(previous, tools)}" if previous is not None else ""
+        if previous is not None and previous == tools:
+            change = ": the same tools"
+        count = f"{len(tools)} tool{'' if len(tools) == 1 else 's'}"
+        lines.append(f"head {when}, {created}: {count}{change}")
+        previous = tools
+    return lines
 
 
 def _text(message: dict[str, Any]) -> str:
@@ -162,8 +197,9 @@ async def run_cache(args: argparse.Namespace, cfg: Config) -> int:
         print(f"no requests recorded for session {args.session!r} (see `luna replay --list`)")
         return 1
     rows = analyze(requests)
+    heads = await asyncio.to_thread(read_history, cfg.memory.db_path, args.session)
     if args.json:
         print(json.dumps([asdict(r) for r in rows]))
     else:
-        print(format_rows(rows))
+        print("\n".join([*describe_heads(heads), format_rows(rows)]))
     return 0

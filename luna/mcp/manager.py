@@ -12,6 +12,10 @@ Invariants:
 - Results are returned unshaped; ``ToolRegistry.execute`` passes every tool result, MCP ones
   included, through ``tool_output.shape_output`` exactly once.
 - ``stop()`` ends every server (no orphan processes) and unregisters all MCP tools.
+- The manager is the registry's provider for every ``server__tool`` name: ``settle()`` waits
+  for servers still starting (each up to its own ``timeout``, all at once) and names those
+  left out; a call to a name that is not registered (its server still starting, failed or
+  crashed) first tries to bring that server back, else gets one line saying it is not running.
 - ``${VAR}`` expansion reads the process environment (or the ``environ`` given), and a server
   process gets only the variables its ``env`` names plus a non-secret base.
 """
@@ -62,7 +66,8 @@ class MCPManager:
         self.servers: dict[str, ServerConnection] = {}
         self.file_error: str | None = None
         self.is_stopping = False
-        self._boots: set[asyncio.Task[None]] = set()
+        self._boots: dict[str, asyncio.Task[None]] = {}  # server -> its first start
+        registry.providers.append(self)
 
     async def start(self, only: Iterable[str] | None = None) -> None:
         """Read mcp_servers.json and start every enabled, valid server in the background."""
@@ -91,8 +96,8 @@ class MCPManager:
                 log_event("mcp_server", server=spec.name, status="disabled")
             else:
                 task = asyncio.create_task(self._boot(server), name=f"mcp-boot-{spec.name}")
-                self._boots.add(task)
-                task.add_done_callback(self._boots.discard)
+                self._boots[spec.name] = task
+                task.add_done_callback(lambda _t, name=spec.name: self._boots.pop(name, None))
 
     async def _boot(self, server: ServerConnection) -> None:
         async with server.lock:
@@ -125,7 +130,7 @@ class MCPManager:
         """Wait until every server has finished starting (running or failed); False on timeout."""
         if not self._boots:
             return True
-        _, pending = await asyncio.wait(set(self._boots), timeout=timeout)
+        _, pending = await asyncio.wait(set(self._boots.values()), timeout=timeout)
         return not pending
 
     async def stop(self) -> None:
@@ -133,11 +138,12 @@ class MCPManager:
         self.is_stopping = True
         for s in self.servers.values():
             s.is_stopping = True
-        for task in list(self._boots):
+        boots = list(self._boots.values())
+        for task in boots:
             task.cancel()
         servers = list(self.servers.values())
         await asyncio.gather(*(s.stop_runner() for s in servers), return_exceptions=True)
-        for task in list(self._boots):
+        for task in boots:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         for s in servers:
@@ -168,6 +174,44 @@ class MCPManager:
             known = ", ".join(q for q, _, _ in self.tools()) or "none"
             return ToolResult(f"Unknown MCP tool '{qualified_name}'. Known: {known}", True)
         return await server.call(original, arguments)
+
+    # ---- the registry's provider (luna.tools.registry.ToolProvider) ------------------------
+
+    def owns(self, name: str) -> bool:
+        return "__" in name  # every MCP tool is server__tool; no native tool name has "__"
+
+    async def settle(self) -> list[str]:
+        """Wait for servers still starting, each up to its own ``timeout`` and all at once;
+        then one line for the file and for each enabled server that is not running."""
+        booting = [(self.servers[name], task) for name, task in list(self._boots.items())]
+        await asyncio.gather(*(asyncio.wait({t}, timeout=s.spec.timeout) for s, t in booting))
+        lines = [f"mcp_servers.json: {self.file_error}"] if self.file_error else []
+        for s in self.servers.values():
+            if not s.spec.enabled or s.state == "running":
+                continue
+            why = "still starting" if s.state == "starting" else (s.error or s.state)
+            lines.append(
+                f"MCP server '{s.name}' is not running ({why}); this session starts without "
+                "its tools (use_tool reaches them once it is up)."
+            )
+        return lines
+
+    async def revive(self, name: str) -> str | None:
+        """Bring the server of an unregistered ``server__tool`` back if it can be."""
+        server_name, _, tool = name.partition("__")
+        server = self.servers.get(server_name)
+        if server is None:
+            return f"There is no MCP server '{server_name}' in mcp_servers.json (any more)."
+        boot = self._boots.get(server_name)
+        if boot is not None:  # its first start is still under way: wait for it, bounded
+            await asyncio.wait({boot}, timeout=server.spec.timeout)
+        problem = await server.ensure_started() if server.session is None else None
+        if name in server.tool_names:
+            return None
+        if problem or server.session is None:
+            return server.not_running(problem or server.state)
+        listed = ", ".join(sorted(server.tool_names)) or "none"
+        return f"The MCP server '{server_name}' has no tool '{tool}' now (it lists: {listed})."
 
     async def _handle(self, qualified_name: str, arguments: dict[str, Any], ctx: Any) -> ToolResult:
         """The registry handler for every MCP tool."""

@@ -326,12 +326,12 @@ class ServerConnection:
         for attempt in (1, 2):
             session = self.session
             if session is None:
-                problem = await self._ensure_started()
+                problem = await self.ensure_started()
                 if problem:
-                    return ToolResult(f"MCP server '{self.name}' is unavailable: {problem}", True)
+                    return ToolResult(self.not_running(problem), True)
                 session = self.session
                 if session is None:  # stopped meanwhile
-                    return ToolResult(f"MCP server '{self.name}' is unavailable", True)
+                    return ToolResult(self.not_running("stopped"), True)
             deadline = asyncio.timeout(self.spec.timeout)
             try:
                 async with deadline:
@@ -362,7 +362,7 @@ class ServerConnection:
                 )
             self.failures = 0
             return ToolResult(describe_result(result), is_error=bool(result.is_error))
-        return ToolResult(f"MCP server '{self.name}' is unavailable", True)  # pragma: no cover
+        return ToolResult(self.not_running("stopped"), True)  # pragma: no cover
 
     def _mark_lost(self, session: ClientSession, exc: BaseException) -> None:
         if self.session is not session:
@@ -378,7 +378,14 @@ class ServerConnection:
         delay = 0.0 if self.failures <= 1 else min(2.0 ** (self.failures - 2), MAX_BACKOFF)
         self.next_start_at = self.clock() + delay
 
-    async def _ensure_started(self) -> str | None:
+    def not_running(self, problem: str) -> str:
+        """The line the model reads for a call this server cannot take now."""
+        return (
+            f"The MCP server '{self.name}' is not running ({problem}); its tools are "
+            "unavailable until it is back."
+        )
+
+    async def ensure_started(self) -> str | None:
         """Restart a dead server (honouring backoff). Returns a problem description or None."""
         async with self.lock:
             if self.session is not None:

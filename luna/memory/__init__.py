@@ -37,7 +37,7 @@ from typing import Any
 from luna import datafolder
 from luna.config import MemoryConfig
 from luna.errors import DatabaseBusyError, DatabaseCorruptError, MemoryStoreError
-from luna.memory import facts, health, session_log
+from luna.memory import facts, heads, health, session_log
 from luna.memory.embed_worker import EmbeddingProcess
 from luna.memory.embeddings import Embedder, LoadInfo
 from luna.memory.encoder import Encoder
@@ -277,6 +277,20 @@ class Memory:
         """Replace the session's cumulative summary and move its (soft) compaction cut."""
         await self._write(session_log.set_summary, self.store, session_id, text, cut_message_id)
         self._wake_indexer()
+
+    async def session_head(self, session_id: str) -> tuple[int, dict[str, Any] | None]:
+        """(the session's compaction cut or 0, the head kept for that cut or None)."""
+        return await asyncio.to_thread(heads.current, self.store, session_id)
+
+    async def save_session_head(
+        self, session_id: str, cut: int, head: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Keep ``head`` for the session's cut unless one is kept; returns the one kept."""
+        return await self._write(heads.save, self.store, session_id, cut, head)
+
+    async def session_heads(self, session_id: str) -> list[tuple[int, str, dict[str, Any]]]:
+        """Every head the session has had: (cut, created_at, head), oldest first."""
+        return await asyncio.to_thread(heads.history, self.store, session_id)
 
     async def session_scope(self, session_id: str) -> str:
         """The memory scope the session was logged under ("owner" when unknown)."""

@@ -235,4 +235,19 @@ MIGRATIONS: list[Migration] = [
                WHERE delivered_at IS NULL AND failed_at IS NULL""",
         ],
     ),
+    (
+        "m007_session_heads",
+        [
+            # What a session declares before its history (tool specs, later the skills
+            # index), fixed at its first turn and again at each compaction (``cut`` is the
+            # summary's cut_message_id then, 0 before any): luna.agent.head owns the rule.
+            """CREATE TABLE session_heads (
+                session_id TEXT NOT NULL,
+                cut INTEGER NOT NULL,
+                head TEXT NOT NULL,
+                created_at TEXT NOT NULL,
+                PRIMARY KEY (session_id, cut)
+            )""",
+        ],
+    ),
 ]

@@ -41,6 +41,7 @@ BASE_TABLES = (
     "scheduled_tasks",
     "task_runs",
     "deliveries",
+    "session_heads",
 )
 REPORTED = ("messages", "memories", "sessions", "summaries", "scheduled_tasks")
 

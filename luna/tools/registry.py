@@ -15,6 +15,8 @@ Invariants:
 - Every output a tool produced goes through :func:`luna.tools.output.shape_output` and is
   wrapped by :func:`luna.tools.untrusted.wrap_untrusted`; the registry's own messages are not.
 - ``specs()`` order is stable: native tools in registration order, then the rest by name.
+- A name that is not registered is first offered to the provider that owns it (the MCP
+  manager owns ``server__tool``): it may bring its source back, or says why it is not running.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import jsonschema
 
@@ -67,6 +69,25 @@ class ToolContext:
     scope: str = "owner"  # their memory scope
     address: dict[str, Any] | None = None  # where a later answer goes (InboundMessage.address)
     allowed_tools: frozenset[str] | None = None  # None: all; else only these may run
+    declared: frozenset[str] | None = None  # the session head's tools (None: not known)
+
+
+class ToolProvider(Protocol):
+    """A source of tools that come and go while Luna runs (the MCP manager)."""
+
+    def owns(self, name: str) -> bool:
+        """Whether ``name`` is in this provider's namespace, registered or not."""
+        ...
+
+    async def settle(self) -> list[str]:
+        """Wait (each source within its own bound) for tools still arriving; one line per
+        source that is left out, for the user and the log."""
+        ...
+
+    async def revive(self, name: str) -> str | None:
+        """For an unregistered ``name`` this provider owns: bring its source back if it can.
+        None when ``name`` is registered now, else the line the model reads."""
+        ...
 
 
 @dataclass
@@ -106,6 +127,8 @@ class ToolRegistry:
         # Running parts some tools call, bound by app once they exist ("scheduler": the
         # scheduler's API); a tool whose service is missing says so to the model.
         self.services: dict[str, Any] = {}
+        # Sources of tools registered at run time (MCP servers), asked about names they own.
+        self.providers: list[ToolProvider] = []
         if not sandbox.ok:
             self.forced_levels["bash"] = "ask"
 
@@ -199,20 +222,32 @@ class ToolRegistry:
         other = sorted((i for i in self._tools.values() if not i.native), key=lambda i: i.name)
         return native + other
 
-    def specs(self, *, names: Iterable[str] | None = None) -> list[dict[str, Any]]:
-        """OpenAI tool specs: direct tools (or exactly ``names``), in a stable order."""
+    def specs(
+        self, *, names: Iterable[str] | None = None, with_catalog: bool = False
+    ) -> list[dict[str, Any]]:
+        """OpenAI tool specs: direct tools (or exactly ``names``), in a stable order. The
+        catalog tools are in it when there is a catalog, or always ``with_catalog``."""
         if names is not None:
             wanted = set(names)
             return [i.spec() for i in self._ordered() if i.name in wanted]
-        has_catalog = bool(self.catalog())
+        has_catalog = with_catalog or bool(self.catalog())
         return [
             i.spec()
             for i in self._ordered()
             if i.expose == "direct" and (has_catalog or i.name not in CATALOG_TOOLS)
         ]
 
+    async def settle(self) -> list[str]:
+        """Wait for tools still arriving from every provider; lines for what is left out."""
+        lines = await asyncio.gather(*(p.settle() for p in self.providers))
+        return [line for group in lines for line in group]
+
     def catalog(self) -> list[ToolInfo]:
         return [i for i in self._ordered() if i.expose == "catalog"]
+
+    def tools(self) -> list[ToolInfo]:
+        """Every registered tool, in ``specs()`` order."""
+        return self._ordered()
 
     def guest_names(self) -> list[str]:
         """Tools offered in turns without tool rights (registered with ``guest=True``)."""
@@ -251,11 +286,22 @@ class ToolRegistry:
             offered = ", ".join(sorted(ctx.allowed_tools)) or "none"
             return ToolResult(f"Unknown tool '{call.name}'. Available tools: {offered}.", True)
         if info is None:
-            return ToolResult(f"Unknown tool '{call.name}'{self.suggest(call.name)}.", True)
+            info, missing = await self._revive(call.name)
+            if info is None:
+                return ToolResult(missing, True)
         args, problem = parse_arguments(call.arguments)
         if problem:
             return ToolResult(f"{call.name}: {problem}. {usage_hint(info)}", True)
         return await self.run(info, args, ctx, shape=True)
+
+    async def _revive(self, name: str) -> tuple[ToolInfo | None, str]:
+        """(the tool, "") once its provider has it back, else (None, why it is missing)."""
+        owner = next((p for p in self.providers if p.owns(name)), None)
+        problem = await owner.revive(name) if owner is not None else None
+        info = self._tools.get(name)
+        if info is not None:
+            return info, ""
+        return None, problem or f"Unknown tool '{name}'{self.suggest(name)}."
 
     async def run(
         self, info: ToolInfo, args: dict[str, Any], ctx: ToolContext, *, shape: bool

@@ -127,3 +127,41 @@ async def test_stats_show_the_cache_hit_ratio_and_prefill_per_day(
     assert sum(d["prefilled_tokens"] for d in data["per_day"]) == data["prefilled_tokens"]
     table = luna(tmp_path, llm_server.url, "stats")
     assert "hit ratio" in table.stdout and "prefill time" in table.stdout
+
+
+async def test_doctor_cache_names_the_head_rebuilt_at_a_compaction(
+    tmp_path: Path, llm_server: FakeLLMServer
+) -> None:
+    cfg = config(tmp_path, llm_server.url, "keep")
+    memory = Memory(cfg.memory)
+    await memory.open(background=False)
+    llm = LLMClient(cfg.llm)
+    requests = RequestLog.beside(cfg.memory.db_path)
+    registry = echo_registry(cfg)
+    agent = Agent(cfg, llm, memory, registry, requests=requests)
+
+    async def turn(text: str) -> None:
+        [e async for e in agent.run_turn(InboundMessage(session_id="s1", text=text))]
+
+    try:
+        await turn("one")
+
+        @registry.tool(level="allow")
+        async def later() -> str:
+            """A tool that arrived after the session started."""
+            return "late"
+
+        await turn("two")  # same head: the new tool is not declared
+        cut = (await memory.session_messages("s1"))[-1].id
+        await memory.set_summary("s1", "They counted to two.", cut)  # a compaction
+        await turn("three")
+    finally:
+        requests.close()
+        await llm.close()
+        await memory.close()
+    rows = json.loads(luna(tmp_path, llm_server.url, "doctor", "cache", "s1", "--json").stdout)
+    assert [r["extends"] for r in rows] == [None, True, False]
+    assert rows[2]["note"].startswith("the tool list changed (+later;")
+    table = luna(tmp_path, llm_server.url, "doctor", "cache", "s1").stdout
+    assert "head fixed at the first turn" in table and "1 tool\n" in table
+    assert f"head rebuilt at a compaction (cut {cut})" in table and "2 tools: +later" in table

@@ -2,7 +2,8 @@
 
 Tools registered with ``expose="catalog"`` are not sent to the model as specs (that would cost
 thousands of prompt tokens); the model discovers them with ``list_available_tools`` and calls
-them through ``use_tool``.
+them through ``use_tool``. So are tools that arrived after the session's head was fixed (an
+MCP server that came up later): they are not declared in it until its next compaction.
 
 Invariants:
 - ``use_tool`` goes through the same validation and permission check as a direct call; its
@@ -18,14 +19,14 @@ from typing import Any
 from luna.config import Config
 from luna.errors import ToolError, did_you_mean
 from luna.messages import ToolResult
-from luna.tools.registry import ToolContext, ToolRegistry
+from luna.tools.registry import ToolContext, ToolInfo, ToolRegistry
 
 MAX_LISTED = 50
 
 
 def register(reg: ToolRegistry, cfg: Config) -> None:  # noqa: ARG001 - uniform signature
     @reg.tool(level="allow")
-    async def list_available_tools(query: str = "") -> str:
+    async def list_available_tools(query: str = "", *, ctx: ToolContext) -> str:
         """List extra tools (from MCP servers) that can be called with use_tool.
 
         Args:
@@ -33,7 +34,7 @@ def register(reg: ToolRegistry, cfg: Config) -> None:  # noqa: ARG001 - uniform 
         """
         words = [w.lower() for w in query.split()]
         rows = []
-        for info in reg.catalog():
+        for info in _extra_tools(reg, ctx):
             hay = f"{info.name} {info.description}".lower()
             if all(w in hay for w in words):
                 props = info.parameters.get("properties", {})
@@ -41,7 +42,9 @@ def register(reg: ToolRegistry, cfg: Config) -> None:  # noqa: ARG001 - uniform 
                 desc = (info.description or "").strip().splitlines()
                 rows.append(f"- {info.name}({args}): {desc[0] if desc else ''}")
         if not rows:
-            return "No matching tools." if reg.catalog() else "No extra tools are available."
+            return (
+                "No matching tools." if _extra_tools(reg, ctx) else "No extra tools are available."
+            )
         extra = len(rows) - MAX_LISTED
         more = f"\n[{extra} more; narrow the query]" if extra > 0 else ""
         return "\n".join(rows[:MAX_LISTED]) + more
@@ -58,7 +61,7 @@ def register(reg: ToolRegistry, cfg: Config) -> None:  # noqa: ARG001 - uniform 
         """
         info = reg.get(name)
         if info is None or info.native:
-            hint = did_you_mean(name, (i.name for i in reg.catalog()), n=3, cutoff=0.5)
+            hint = did_you_mean(name, (i.name for i in _extra_tools(reg, ctx)), n=3, cutoff=0.5)
             raise ToolError(f"no extra tool named {name!r}{hint}. Use list_available_tools.")
         args = arguments or {}
         if isinstance(args, str):
@@ -67,3 +70,15 @@ def register(reg: ToolRegistry, cfg: Config) -> None:  # noqa: ARG001 - uniform 
             except json.JSONDecodeError as e:
                 raise ToolError("arguments must be a JSON object") from e
         return await reg.run(info, args, ctx, shape=False)
+
+
+def _extra_tools(reg: ToolRegistry, ctx: ToolContext) -> list[ToolInfo]:
+    """Catalog tools, and MCP tools the session's head does not declare (they came later)."""
+    declared = ctx.declared
+
+    def is_extra(info: ToolInfo) -> bool:
+        if info.expose == "catalog":
+            return True
+        return not info.native and declared is not None and info.name not in declared
+
+    return [i for i in reg.tools() if is_extra(i)]

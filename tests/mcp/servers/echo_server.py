@@ -1,5 +1,8 @@
 """A small MCP test server (stdio by default, streamable HTTP with ``--http PORT``).
 
+$ECHO_START_DELAY (seconds) makes it wait that long before it answers anything, ``initialize``
+included: a slow server at start.
+
 Tools: echo, add, fail (isError), picture (image content), big (large text), sleep,
 crash (kills its own process), break_server (kills it and makes restarts fail while the file
 named by $ECHO_FLAG exists), add_tool (adds a tool and sends tools/list_changed),
@@ -13,6 +16,7 @@ import asyncio
 import base64
 import os
 import sys
+import time
 
 from mcp.server.mcpserver import Context, Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -123,6 +127,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--http", type=int, default=None, help="serve streamable HTTP on PORT")
     args = parser.parse_args()
+    time.sleep(float(os.environ.get("ECHO_START_DELAY") or 0))
     if args.http is not None:
         mcp.run("streamable-http", host="127.0.0.1", port=args.http)
     else:
