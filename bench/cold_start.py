@@ -10,6 +10,10 @@ mcp_servers.json (so the MCP time server starts too):
    is idle) the RSS of every process of the tree, then ``--turns`` + 1 more messages at once;
    the server stamps each turn's request.
 
+A third version is the current code with no MCP server configured (an empty servers file):
+the difference in "first model request" is what the shipped time server adds, since a
+session's first turn waits for the MCP servers still starting (luna.agent.head).
+
 Figures: start → REPL prompt; start → first model request; p50/p95 of the gap between
 consecutive turns' model requests; RSS (and peak RSS) of each process after the first turn.
 Runs alternate between the baseline and the current code, so noise hits both; each figure is the
@@ -61,6 +65,7 @@ class Version:
     name: str
     python: Path
     tree: Path
+    mcp_servers: Path | None = None  # LUNA_MCP_SERVERS; None: the tree's mcp_servers.json
 
 
 def _run(cmd: list[str], **kw: Any) -> str:
@@ -128,6 +133,8 @@ def luna_env(version: Version, data: Path, endpoint: str) -> dict[str, str]:
         LOG_DIR=str(data / "logs"),
         LUNA_WORKSPACE=str(data / "workspace"),
     )
+    if version.mcp_servers is not None:
+        env["LUNA_MCP_SERVERS"] = str(version.mcp_servers)
     return env
 
 
@@ -397,8 +404,16 @@ LABELS = {
 }
 
 
-def table(cur: dict[str, float], base: dict[str, float] | None, first: dict[str, float]) -> str:
-    head = f"{'':34}{'current':>10}{'baseline':>10}{'ratio':>8}{'goal':>8}{'1st start':>11}"
+def table(
+    cur: dict[str, float],
+    base: dict[str, float] | None,
+    first: dict[str, float],
+    no_mcp: dict[str, float],
+) -> str:
+    head = (
+        f"{'':34}{'current':>10}{'baseline':>10}{'ratio':>8}{'goal':>8}{'1st start':>11}"
+        f"{'no MCP':>9}"
+    )
     lines = [head, "-" * len(head)]
     for key, name in LABELS.items():
         b = base[key] if base else None
@@ -407,6 +422,7 @@ def table(cur: dict[str, float], base: dict[str, float] | None, first: dict[str,
         b_txt = f"{b:g}" if b is not None else "—"
         lines.append(
             f"{name:34}{cur[key]:>10g}{b_txt:>10}{ratio:>8}{goal:>8}{first.get(key, 0):>11g}"
+            f"{no_mcp[key]:>9g}"
         )
     return "\n".join(lines)
 
@@ -423,16 +439,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.runs, args.turns = 3, 8
     args.runs = max(2, args.runs)
-    versions = [Version("current", Path(sys.executable), ROOT)]
-    if not args.no_baseline:
-        versions.insert(0, ensure_baseline(args.baseline, args.cache))
     server = StampedServer()
-    results: dict[str, list[dict[str, Any]]] = {v.name: [] for v in versions}
     try:
         with tempfile.TemporaryDirectory(prefix="luna-cold-") as tmp:
+            no_servers = Path(tmp) / "no_mcp_servers.json"
+            no_servers.write_text('{"servers": {}}')
+            versions = [
+                Version("current", Path(sys.executable), ROOT),
+                Version("current, no MCP", Path(sys.executable), ROOT, no_servers),
+            ]
+            if not args.no_baseline:
+                versions.insert(0, ensure_baseline(args.baseline, args.cache))
+            results: dict[str, list[dict[str, Any]]] = {v.name: [] for v in versions}
             for i in range(args.runs):
                 for v in versions:
-                    data = Path(tmp) / v.name.replace(" ", "-")
+                    data = Path(tmp) / v.name.replace(" ", "-").replace(",", "")
                     run = one_run(v, data, server, args.turns)
                     results[v.name].append(run)
                     f = flat(run)
@@ -450,8 +471,11 @@ def main(argv: list[str] | None = None) -> int:
     base_runs = results[versions[0].name] if not args.no_baseline else None
     base = medians(base_runs[1:]) if base_runs else None
     first = flat(cur_runs[0])
+    no_mcp = medians(results["current, no MCP"][1:])
+    mcp_cost = round(cur["first_request_s"] - no_mcp["first_request_s"], 3)
     print()
-    print(table(cur, base, first))
+    print(table(cur, base, first, no_mcp))
+    print(f"the shipped MCP time server adds {mcp_cost:+.2f} s to the first model request")
     print("processes after the first turn (current, last run):")
     for name, p in cur_runs[-1]["rss"].items():
         print(f"  {name:24}{p['rss_mb']:>8.1f} MB (peak {p['peak_mb']:.1f})")
@@ -461,6 +485,8 @@ def main(argv: list[str] | None = None) -> int:
         summary["baseline"] = base
         summary["ratio"] = {k: round(cur[k] / base[k], 3) for k in cur if base.get(k)}
     summary["first_start"] = first
+    summary["no_mcp"] = no_mcp
+    summary["mcp_first_request_cost_s"] = mcp_cost
     summary["goals_met"] = {k: cur[k] <= g for k, g in GOALS.items()}
     summary["runs"] = {name: runs for name, runs in results.items()}
     print(json.dumps(summary))

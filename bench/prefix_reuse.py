@@ -10,12 +10,21 @@ new since the previous request (new messages plus the template's wrapping; measu
 variant whose requests extend the cache exactly, and the same for every variant, which run
 the same script).
 
+The server follows the production model's caching rules (no ``--swa-full``, see
+tests/real_llama.py): a request that does not extend what the slot holds gets back only a
+context checkpoint, or starts over. A slow MCP server (it answers nothing for its first
+second) is configured in every variant, as the shipped ``time`` server is.
+
 Variants, each in its own process, in the same run:
 - ``previous``: the code before reasoning was kept and replayed (commit ``BASELINE``),
   with Qwen3.5's stock template;
+- ``head-before``: the code before a session's head was fixed (commit ``HEAD_BEFORE``): the
+  MCP server's tools join the tool list once it is up, under the running session;
 - ``stock``: this code (``llm.history_reasoning = "keep"``) with the stock template;
 - ``luna``: this code with luna/llm/templates/qwen3.5-luna.jinja (what worker-agent.service
-  runs), which keeps the reasoning of every turn.
+  runs), which keeps the reasoning of every turn;
+- ``luna-swa-full``: the same with ``--swa-full``, which makes every rollback free (for
+  comparison: it hides what the production model pays).
 Goals for ``luna``: nothing old prefilled again; median share prefilled again ≤ 5%.
 
 Prints a table, then one JSON line.
@@ -36,10 +45,19 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = "aac7ca3"  # the last commit before reasoning was persisted and replayed
+HEAD_BEFORE = "a510720"  # the last commit before the session's head was fixed
+# name -> (template, code, --swa-full)
 VARIANTS = {
-    "previous": ("stock", BASELINE),
-    "stock": ("stock", None),
-    "luna": ("luna", None),
+    "previous": ("stock", BASELINE, False),
+    "head-before": ("luna", HEAD_BEFORE, False),
+    "stock": ("stock", None, False),
+    "luna": ("luna", None, False),
+    "luna-swa-full": ("luna", None, True),
+}
+SLOW_MCP = {  # the test suite's echo server, slow to start
+    "command": sys.executable,
+    "args": [str(ROOT / "tests" / "mcp" / "servers" / "echo_server.py")],
+    "env": {"ECHO_START_DELAY": "1"},
 }
 GOAL_MEDIAN_SHARE = 0.05
 SLACK = 2  # tokens always evaluated again (the last prompt token; BOS bookkeeping)
@@ -103,7 +121,19 @@ def use_code(path: str | None) -> None:
     sys.path.insert(0, path)
 
 
-async def run_variant(template: str, turns: int, lines: int, keep: bool) -> dict[str, Any]:
+def mcp_manager() -> Any:
+    """The MCPManager class of the code under test (``luna/mcp_manager.py`` before the
+    package layout)."""
+    try:
+        from luna.mcp.manager import MCPManager
+    except ImportError:
+        from luna.mcp_manager import MCPManager  # type: ignore[no-redef]
+    return MCPManager
+
+
+async def run_variant(
+    template: str, turns: int, lines: int, keep: bool, swa_full: bool
+) -> dict[str, Any]:
     from luna.agent import Agent
     from luna.config import build_config
     from luna.llm import LLMClient
@@ -117,8 +147,11 @@ async def run_variant(template: str, turns: int, lines: int, keep: bool) -> dict
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
         cache = Path(os.environ.get("LUNA_BENCH_MODELS", base / "models"))
-        real = RealLlama(model_path(cache), base / "llama.log", template=template, ctx=CTX)
+        real = RealLlama(
+            model_path(cache), base / "llama.log", template=template, ctx=CTX, swa_full=swa_full
+        )
         real.start()
+        (base / "mcp.json").write_text(json.dumps({"servers": {"echo": SLOW_MCP}}))
         recorder = Recorder()
         try:
             # The scripted server's context matches the real one's, so no variant is trimmed.
@@ -126,7 +159,9 @@ async def run_variant(template: str, turns: int, lines: int, keep: bool) -> dict
                 llm_cfg: dict[str, Any] = {"endpoint": server.url, "model": server.model}
                 if keep:
                     llm_cfg["history_reasoning"] = "keep"
-                cfg = build_config(bench_config(base, llm_cfg), {}, base_dir=base)
+                data = bench_config(base, llm_cfg)
+                data["mcp"] = {"servers_file": str(base / "mcp.json")}
+                cfg = build_config(data, {}, base_dir=base)
                 memory = Memory(cfg.memory)
                 await memory.open(background=False, use_vectors=False)
                 llm = LLMClient(cfg.llm)
@@ -143,6 +178,8 @@ async def run_variant(template: str, turns: int, lines: int, keep: bool) -> dict
                     """
                     return tool_output(int(service.removeprefix("svc") or 0) + page, lines)
 
+                mcp = mcp_manager()(cfg, registry)
+                await mcp.start()  # in the background, as app.py starts it
                 agent = Agent(cfg, llm, memory, registry)
                 try:
                     for t, replies in enumerate(script(turns, lines)):
@@ -154,6 +191,7 @@ async def run_variant(template: str, turns: int, lines: int, keep: bool) -> dict
                         if not isinstance(events[-1], TurnDone):
                             raise SystemExit(f"turn {t} failed: {events[-1]}")
                 finally:
+                    await mcp.stop()
                     await llm.close()
                     await memory.close()
             steps = []
@@ -175,10 +213,10 @@ async def run_variant(template: str, turns: int, lines: int, keep: bool) -> dict
 
 
 def variant_main(args: argparse.Namespace) -> int:
-    template, _ = VARIANTS[args.variant]
+    template, _, swa_full = VARIANTS[args.variant]
     use_code(os.environ.get("LUNA_BENCH_CODE"))
     keep = args.variant != "previous"  # the previous code has no such setting
-    result = asyncio.run(run_variant(template, args.turns, args.lines, keep=keep))
+    result = asyncio.run(run_variant(template, args.turns, args.lines, keep, swa_full))
     print(json.dumps(result))
     return 0
 
@@ -200,7 +238,7 @@ def baseline_tree(ref: str) -> Path:
 
 
 def spawn(variant: str, turns: int, lines: int) -> dict[str, Any]:
-    _, ref = VARIANTS[variant]
+    _, ref, _ = VARIANTS[variant]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     env.pop("LUNA_BENCH_CODE", None)
     if ref:  # the harness (tests/, bench/) is this checkout's; the agent is the old one
@@ -261,11 +299,12 @@ def main() -> int:
     print(f"KV-cache reuse on the real llama-server: {args.turns} turns, tool results of "
           f"{args.lines} lines (~{len(tool_output(0, args.lines)) // 1000} KB)")  # fmt: skip
     print()
-    header = f"{'req':>4} " + "".join(f"{n + ' prefilled':>20}{'again':>7}" for n in figures)
+    print("tokens prefilled per request, and of them old tokens prefilled again ('again')")
+    header = f"{'req':>4} " + "".join(f"{n:>15}{'again':>7}" for n in figures)
     print(header + f"{'prompt (luna)':>15}{'new':>7}")
     for i in range(luna["requests"]):
         cells = "".join(
-            f"{f['per_request'][i]['prefilled_tokens']:>20,}"
+            f"{f['per_request'][i]['prefilled_tokens']:>15,}"
             f"{f['per_request'][i]['prefilled_again']:>7,}"
             for f in figures.values()
         )
@@ -274,7 +313,7 @@ def main() -> int:
     print()
     for name, f in figures.items():
         print(
-            f"{name:<9} prefilled {f['prefilled_tokens']:>8,} tokens, of them old again "
+            f"{name:<13} prefilled {f['prefilled_tokens']:>8,} tokens, of them old again "
             f"{f['prefilled_again_tokens']:>7,}; median share again "
             f"{f['median_share_prefilled_again']:.1%}; final prompt {f['final_prompt_tokens']:,}"
         )

@@ -9,8 +9,11 @@ llama-server rendering Luna's Qwen3.5 template, with scripted model words
 prefilled again = prefilled minus what is new since that session's previous request (its new
 messages and the template's wrapping).
 
-Server configurations, each a fresh server:
+Server configurations, each a fresh server, all with the production model's caching rules (no
+``--swa-full``: a request that does not extend what its slot holds gets back only a context
+checkpoint, or starts over; see tests/real_llama.py) except the one comparison:
 - ``np1``: one slot, no host-memory cache (every switch of session starts over);
+- ``np1_swa_full``: the same with ``--swa-full``, where a switch keeps the shared prefix;
 - ``np3``: three slots, the server choosing a slot by prompt similarity;
 - ``cache_ram``: one slot plus llama-server's host-memory prompt cache (``--cache-ram``);
 - ``np4_pinned``: four slots, Luna pinning each session to one (``id_slot``,
@@ -37,6 +40,7 @@ from bench.prefix_reuse import tool_output  # noqa: E402
 SESSIONS = ("A", "B", "C")
 CONFIGS: dict[str, dict[str, Any]] = {
     "np1": {"slots": 1, "cache_ram": 0, "pin": False},
+    "np1_swa_full": {"slots": 1, "cache_ram": 0, "pin": False, "swa_full": True},
     "np3": {"slots": 3, "cache_ram": 0, "pin": False},
     "cache_ram": {"slots": 1, "cache_ram": 1024, "pin": False},
     "np4_pinned": {"slots": 4, "cache_ram": 0, "pin": True},
@@ -79,6 +83,7 @@ async def run_config(name: str, turns: int, lines: int, ctx: int) -> list[dict[s
             ctx=ctx * conf["slots"],
             slots=conf["slots"],
             cache_ram=conf["cache_ram"],
+            swa_full=conf.get("swa_full", False),
         ).start()
         recorder = Recorder()
         rows: list[dict[str, Any]] = []
@@ -175,10 +180,10 @@ def main() -> int:
     results = {n: asyncio.run(run_config(n, args.turns, args.lines, args.ctx)) for n in names}
     figures = {n: summary(rows) for n, rows in results.items()}
     print(f"3 sessions interleaved, {args.turns} turns each, tool results of {args.lines} lines")
-    print(f"{'config':<12}{'prefilled':>11}{'old again':>11}{'median':>8}{'max':>8}{'hit':>6}")
+    print(f"{'config':<14}{'prefilled':>11}{'old again':>11}{'median':>8}{'max':>8}{'hit':>6}")
     for n, f in figures.items():
         print(
-            f"{n:<12}{f['prefilled_tokens']:>11,}{f['prefilled_again_tokens']:>11,}"
+            f"{n:<14}{f['prefilled_tokens']:>11,}{f['prefilled_again_tokens']:>11,}"
             f"{f['median_prefilled_again']:>8,.0f}{f['max_prefilled_again']:>8,}"
             f"{f['requests_with_old_prefilled']:>4}/{f['requests'] - len(SESSIONS)}"
         )

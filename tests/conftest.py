@@ -88,20 +88,29 @@ def luna_config(tmp_path: Path, llm_server: FakeLLMServer) -> Callable[..., Conf
 
 @pytest.fixture(scope="session")
 def real_llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., RealLlama]]:
-    """``real_llama(template="stock"|"luna", ctx=8192, slots=1, fresh=False) -> RealLlama``."""
+    """``real_llama(template="stock"|"luna", ctx=8192, slots=1, fresh_server=False,
+    swa_full=False) -> RealLlama``; servers run without --swa-full unless asked (see
+    tests/real_llama.py), and a --swa-full one is never shared."""
     base = tmp_path_factory.mktemp("llama-server")
     model = model_path(base / "models")
     shared: dict[tuple[str, int, int], RealLlama] = {}
     fresh: list[RealLlama] = []
 
     def get(
-        template: str = "stock", ctx: int = 8192, slots: int = 1, *, fresh_server: bool = False
+        template: str = "stock",
+        ctx: int = 8192,
+        slots: int = 1,
+        *,
+        fresh_server: bool = False,
+        swa_full: bool = False,
     ) -> RealLlama:
         key = (template, ctx, slots)
-        if fresh_server or key not in shared:
+        if fresh_server or swa_full or key not in shared:
             log = base / f"llama-{template}-{ctx}-{slots}-{len(fresh)}.log"
-            server = RealLlama(model, log, template=template, ctx=ctx, slots=slots).start()
-            if not fresh_server:
+            server = RealLlama(
+                model, log, template=template, ctx=ctx, slots=slots, swa_full=swa_full
+            ).start()
+            if not (fresh_server or swa_full):
                 shared[key] = server
             else:
                 fresh.append(server)

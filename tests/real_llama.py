@@ -2,9 +2,14 @@
 
 It runs the Gemma 3 270M GGUF with ``--jinja --chat-template-file`` pointing at Qwen3.5's chat
 template (the stock one from the llama.cpp tree the binary was built from, or Luna's own), so
-every request is rendered, parsed and cached exactly as for Qwen3.5. Flags make ``cache_n``
-mean "the longest common token prefix with what the slot holds": one slot, the full-size SWA
-cache, no host-RAM prompt cache, no KV-shift reuse.
+every request is rendered, parsed and cached exactly as for Qwen3.5.
+
+Caching follows the production model's rules. Qwen3.5-35B-A3B is hybrid: its recurrent layers
+cannot roll back, so a request that does not extend what a slot holds gets back only the
+newest context checkpoint before the first difference, or starts over. Gemma's sliding-window
+layers behave the same way without ``--swa-full``, so these servers run without it (with it
+every rollback is free, which hides exactly what production pays); ``swa_full=True`` is there
+for comparison. No host-RAM prompt cache and no KV-shift reuse unless asked for.
 
 Helpers speak the server's own endpoints: ``render`` (/apply-template), ``tokenize``,
 ``complete`` (/completion with ``n_predict: 0``: evaluates a prompt into the cache, which is
@@ -52,6 +57,7 @@ class RealLlama:
         slots: int = 1,
         extra: tuple[str, ...] = (),
         cache_ram: int = 0,
+        swa_full: bool = False,
     ) -> None:
         binary = default_binary()
         if not binary.exists():
@@ -67,8 +73,11 @@ class RealLlama:
             *("--model", str(model), "--alias", ALIAS, "--host", "127.0.0.1"),
             *("--port", str(self.port), "-c", str(ctx), "-np", str(slots)),
             *("--jinja", "--chat-template-file", str(self.template)),
-            *("--reasoning-format", "deepseek", "--swa-full", "--cache-ram", str(cache_ram)),
-            *("--cache-reuse", "0", "-t", "2", *extra),
+            *("--reasoning-format", "deepseek", "--cache-ram", str(cache_ram)),
+            *("--cache-reuse", "0", "-t", "2", *(["--swa-full"] if swa_full else []), *extra),
+            # Trace level: the log then names every context checkpoint made and restored,
+            # which is how a test shows why the server prefilled what it did.
+            *("--log-verbosity", "4"),
         ]
         self.proc: subprocess.Popen[bytes] | None = None
 
