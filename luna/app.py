@@ -1,12 +1,13 @@
 """Composition root: build Luna's parts from Config, start them in order, stop them in reverse.
 
-Start order: logging → memory (database) → LLM client (maybe the embedded demo model) → tool
-registry → MCP servers (in the background) → librarian → agent → scheduler → front-ends.
+Start order: logging → tool registry → MCP servers (in the background: a session's first turn
+waits for them, so they start before everything else) → memory (database) → LLM client (maybe
+the embedded demo model) → librarian → agent → scheduler → front-ends.
 Front-ends all keep one contract (``luna.frontends``), so this module has no branch per
 front-end. Stop order is the reverse, each step with a deadline: front-ends stop taking messages,
 running turns get ``agent.shutdown_grace`` seconds to finish and are then cancelled, the
-librarian finishes or is cancelled, MCP servers and the embedded model are stopped, logs are
-flushed and the database is closed. SIGTERM and SIGINT (outside a REPL turn) trigger it.
+librarian finishes or is cancelled, the embedded model is stopped, the database is closed, MCP
+servers are stopped and logs are flushed. SIGTERM and SIGINT (outside a REPL turn) trigger it.
 """
 
 from __future__ import annotations
@@ -18,14 +19,15 @@ import logging
 import signal
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from luna import frontends, observe
 from luna.config import Config, is_llm_endpoint_explicit, secret_values
 from luna.datafolder import InstanceLock
 from luna.frontends import Components, Frontend
-from luna.llm import LLMClient
-from luna.llm.router import LLMRouter
+
+if TYPE_CHECKING:  # imported where used: MCP servers start before the LLM client is loaded
+    from luna.llm.router import LLMRouter
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +54,9 @@ async def _pick_llm(
 ) -> tuple[LLMRouter, str, bool]:
     """The configured servers, or — only when none was chosen and nothing answers on the
     default endpoint — the embedded demo model. Returns (router, banner, is_embedded)."""
+    from luna.llm import LLMClient
     from luna.llm.embedded import EmbeddedModel, endpoint_alive
+    from luna.llm.router import LLMRouter
 
     llm_cfg = cfg.llm
     banner = ""
@@ -79,14 +83,23 @@ async def build_components(
     cfg: Config, args: argparse.Namespace, stack: contextlib.AsyncExitStack
 ) -> Components:
     """Start every part except the front-ends; the exit stack stops them in reverse."""
-    from luna.agent import Agent
+    # MCP servers first: a session's first turn waits for them (luna.agent.head), and each is
+    # a Python process of its own that needs a second or more to start, so they start while
+    # this process imports and opens everything else.
     from luna.mcp.manager import MCPManager
+    from luna.tools import build_registry
+
+    registry = await asyncio.to_thread(build_registry, cfg, probe=True)
+    mcp = MCPManager(cfg, registry)
+    stack.push_async_callback(_with_deadline, mcp.stop, 30.0, "MCP servers")
+    await mcp.start()
+
+    from luna.agent import Agent
     from luna.memory import Memory
     from luna.memory.backup import DailyBackups
     from luna.memory.embed_worker import EmbeddingProcess
     from luna.memory.librarian import Librarian
     from luna.memory.request_log import RequestLog
-    from luna.tools import build_registry
 
     memory = Memory(cfg.memory)
     stack.push_async_callback(asyncio.to_thread, EmbeddingProcess.shutdown_all)  # bounded
@@ -103,15 +116,11 @@ async def build_components(
         )
     router, banner, embedded = await _pick_llm(cfg, args, stack)
     llm = router.view("chat")
-    registry = await asyncio.to_thread(build_registry, cfg, probe=True)
     if not registry.sandbox.ok:  # fails closed either way; say so now, not at the first bash
         print(
             f"warning: bash is not sandboxed: {registry.sandbox.detail} (see `luna doctor`)",
             file=sys.stderr,
         )
-    mcp = MCPManager(cfg, registry)
-    stack.push_async_callback(_with_deadline, mcp.stop, 30.0, "MCP servers")
-    await mcp.start()
     background = router.view("background")
     librarian = Librarian(memory, background, cfg) if cfg.memory.librarian else None
     if librarian is not None:
