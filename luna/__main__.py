@@ -26,6 +26,7 @@ _COMMAND_MODULES = (
     "luna.doctor.replay",
     "luna.observe.stats",
     "luna.scheduler.cli",
+    "luna.skills.cli",
 )
 
 

@@ -17,7 +17,8 @@ line for any of them and log the traceback for the operator::
     │   ├── DatabaseCorruptError  the file is damaged or not a database: Luna stops writing
     │   └── DatabaseMissingError  the database is gone (or empty) where one existed
     ├── DataFolderInUseError  another Luna process runs on this data folder
-    └── ScheduleError      a scheduler request that cannot be done (a bad time, no right)
+    ├── ScheduleError      a scheduler request that cannot be done (a bad time, no right)
+    └── SkillError         a skill that cannot be installed, saved, found or changed
 
 Dependencies' exceptions are translated once, where the dependency is owned, with
 ``raise ... from``.
@@ -97,6 +98,10 @@ class DataFolderInUseError(LunaError):
 class ScheduleError(LunaError):
     """A scheduler request that cannot be done (a bad time, no right, no such task): its
     message is one line for the person who asked, or for the model as a tool result."""
+
+
+class SkillError(LunaError):
+    """A skill that cannot be installed, saved, found or changed; the message says why."""
 
 
 def did_you_mean(word: str, choices: Iterable[str], *, n: int = 1, cutoff: float = 0.6) -> str:

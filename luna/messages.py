@@ -137,6 +137,9 @@ class LLMResponse:
 class ToolResult:
     content: str
     is_error: bool = False
+    # Instructions from the owner's own disk (a skill's body): a native tool's trusted result
+    # reaches the model as it is, neither shaped nor wrapped as untrusted.
+    trusted: bool = False
 
 
 # Asks the owner whether a tool may run; returns True to allow. Timeout means deny.

@@ -14,7 +14,17 @@ from tests.luna_process import REPO
 LUNA = REPO / "luna"
 # package -> packages it must never import. Front-ends sit on top; app.py and __main__.py
 # compose everything; doctor may probe any part below the front-ends.
-ABOVE_OBSERVE = {"agent", "llm", "memory", "tools", "mcp", "frontends", "doctor", "scheduler"}
+ABOVE_OBSERVE = {
+    "agent",
+    "llm",
+    "memory",
+    "tools",
+    "mcp",
+    "frontends",
+    "doctor",
+    "scheduler",
+    "skills",
+}
 FORBIDDEN: dict[str, set[str]] = {
     "config": ABOVE_OBSERVE | {"observe"},
     "observe": ABOVE_OBSERVE,
@@ -25,6 +35,7 @@ FORBIDDEN: dict[str, set[str]] = {
     "agent": {"frontends", "doctor", "mcp", "scheduler"},
     "scheduler": {"frontends", "doctor"},
     "doctor": {"frontends"},
+    "skills": {"agent", "llm", "memory", "tools", "mcp", "frontends", "doctor", "scheduler"},
 }  # fmt: skip
 LEAVES = {"messages.py": {"*"}, "errors.py": {"*"}}  # import no other Luna module
 

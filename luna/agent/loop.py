@@ -237,36 +237,37 @@ class Agent:
                 error=error,
             )
 
-    async def _prompt(self, msg: InboundMessage) -> list[dict[str, Any]]:
+    async def _prompt(
+        self, msg: InboundMessage, emit: Callable[[AgentEvent], None]
+    ) -> tuple[list[dict[str, Any]], Head]:
         """Log the user's message (durable first), then build the request around it.
 
         Recall only reads (and leaves this message out anyway), so it runs while the message's
-        durable commit does; nothing leaves the process before that commit."""
+        durable commit does; nothing leaves the process before that commit. The session's head
+        (a first turn may wait for MCP servers) is settled meanwhile too."""
         recall = asyncio.create_task(self._recall_block(msg))
+        heading = asyncio.create_task(self._head(msg.session_id, emit))
         try:
             message_id = await self.memory.append_message(
                 msg.session_id, {"role": "user", "content": msg.text}, scope=msg.scope
             )
             summary, records = await self.memory.prompt_history(msg.session_id)
             block = await recall
+            head = await heading
         finally:
             recall.cancel()  # a no-op once it is done; stops it when the commit failed
+            heading.cancel()
         records = [r for r in records if r.id != message_id]  # it goes last, with its context
         context = render_context(_now(self.cfg.agent.timezone), block)
         await self.memory.set_context(message_id, context)
         user_message = {"role": "user", "content": attach_context(msg.text, context)}
         history = history_messages(records, reasoning=self.cfg.llm.history_reasoning)
-        return build_messages(self.cfg.agent.system_prompt, summary, history, user_message)
+        skills = head.skills if msg.allow_tools else []  # skills are for those with tool rights
+        prompt = self.cfg.agent.system_prompt
+        return build_messages(prompt, summary, history, user_message, skills), head
 
     async def _turn(self, msg: InboundMessage, emit: Callable[[AgentEvent], None]) -> int:
-        # The head (a first turn may wait for MCP servers) is settled while the message is
-        # committed and recall runs.
-        head = asyncio.create_task(self._head(msg.session_id, emit))
-        try:
-            messages = await self._prompt(msg)
-            declared = await head
-        finally:
-            head.cancel()  # a no-op once it is done
+        messages, declared = await self._prompt(msg, emit)
         budget = TurnBudget(self.cfg.agent.max_rounds)
         tools, allowed = self._offered_tools(msg, declared)
         ctx = self._tool_context(msg, budget, depth=0, allowed=allowed, declared=declared.names)

@@ -1,9 +1,10 @@
 """Prompt assembly, laid out for llama-server's prefix (KV) cache.
 
 Invariants:
-- The head — one system message (system prompt, then the session summary if any) followed by
-  the tool declarations — is byte-identical across the turns of a session; it changes only when
-  the librarian compacts the session.
+- The head — one system message (system prompt, the session's skills index, then the session
+  summary if any) followed by the tool declarations — is byte-identical across the turns of a
+  session; it changes only when the librarian compacts the session (``luna.agent.head`` keeps
+  the tools and skills index fixed until then).
 - History is replayed exactly as it was sent and generated: a user message's per-turn context
   (time, recalled memories) is stored with it and re-attached verbatim, and an assistant
   message carries its reasoning back (``llm.history_reasoning``), so each request repeats what
@@ -26,15 +27,36 @@ from luna.messages import LoggedMessage, ToolCall
 SUMMARY_HEADER = (
     "Summary of the earlier conversation in this session (older messages were compacted):"
 )
+SKILLS_HEADER = (
+    "Skills (instructions for particular jobs, from your owner's skill folders). When a "
+    "request matches one, call load_skill with its name before you start, and follow it:"
+)
 INTERRUPTED_RESULT = "(no result: the tool run was interrupted)"
 ReasoningPolicy = Literal["keep", "turn", "drop"]
 
 
-def build_system_message(system_prompt: str, summary: str | None) -> dict[str, Any]:
+def build_system_message(
+    system_prompt: str, summary: str | None, skills: Sequence[dict[str, str]] = ()
+) -> dict[str, Any]:
+    """The system prompt, the session's skills index (level 1: one line a skill), then the
+    summary: the two parts that change only at a compaction come after the fixed one."""
     content = system_prompt.strip()
+    if skills:
+        lines = [f"- {s['name']}: {s['description']}" for s in skills]
+        content += "\n\n" + "\n".join([SKILLS_HEADER, *lines])
     if summary:
         content += f"\n\n{SUMMARY_HEADER}\n{summary.strip()}"
     return {"role": "system", "content": content}
+
+
+def skills_listed(system_content: str) -> dict[str, str]:
+    """The skills a system message lists, name -> description (``build_system_message``'s
+    inverse, for ``luna doctor cache``)."""
+    if SKILLS_HEADER not in system_content:
+        return {}
+    block = system_content.split(SKILLS_HEADER, 1)[1].split(f"\n\n{SUMMARY_HEADER}", 1)[0]
+    pairs = (line[2:].split(": ", 1) for line in block.splitlines() if line.startswith("- "))
+    return {p[0]: p[1] if len(p) > 1 else "" for p in pairs}
 
 
 def render_context(now: dt.datetime, recalled: str) -> str:
@@ -122,9 +144,10 @@ def build_messages(
     summary: str | None,
     history: list[dict[str, Any]],
     new_user: dict[str, Any] | None = None,
+    skills: Sequence[dict[str, str]] = (),
 ) -> list[dict[str, Any]]:
     """[system] + repaired history (+ the new user message)."""
-    messages = [build_system_message(system_prompt, summary)]
+    messages = [build_system_message(system_prompt, summary, skills)]
     messages.extend(repair_tool_pairs(history))
     if new_user is not None:
         messages.append(new_user)

@@ -265,6 +265,11 @@ class MCPConfig(Section):
     call_timeout: Annotated[float, Field(ge=1, le=DAY)] = 60.0
 
 
+class SkillsConfig(Section):
+    enabled: bool = True
+    paths: list[Path] = Field(default_factory=list)
+
+
 class Config(BaseModel):
     """The whole configuration: one frozen section per TOML table, plus where it came from."""
 
@@ -279,6 +284,7 @@ class Config(BaseModel):
     mcp: MCPConfig = Field(default_factory=MCPConfig)
     web: WebConfig = Field(default_factory=WebConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    skills: SkillsConfig = Field(default_factory=SkillsConfig)
     # Where the config came from and where each value came from (key path -> source).
     path: Path | None = None
     base_dir: Path = Path(".")
@@ -304,6 +310,7 @@ SECTIONS: dict[str, type[Section]] = {
     "mcp": MCPConfig,
     "web": WebConfig,
     "scheduler": SchedulerConfig,
+    "skills": SkillsConfig,
 }
 
 SECRET_KEYS = {

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from luna.agent.fit import LEFT_OUT_NOTE
-from luna.agent.prompt import SUMMARY_HEADER
+from luna.agent.prompt import SUMMARY_HEADER, skills_listed
 from luna.config import Config
 from luna.memory.heads import read_history
 from luna.memory.request_log import LoggedRequest, RequestLog
@@ -68,6 +68,9 @@ def _why(previous: dict[str, Any], current: dict[str, Any] | None, index: int) -
         now, before = str(current.get("content")), str(previous.get("content"))
         if LEFT_OUT_NOTE in now and LEFT_OUT_NOTE not in before:
             return "older messages were left out to fit the context"
+        skills_now, skills_before = skills_listed(now), skills_listed(before)
+        if skills_now != skills_before:
+            return f"the skills index changed ({_names_change(skills_before, skills_now)})"
         if now.split(SUMMARY_HEADER)[-1] != before.split(SUMMARY_HEADER)[-1]:
             return "summary changed by compaction"
         return "the system prompt changed"
@@ -113,7 +116,12 @@ def _by_name(tools: Any) -> dict[str, Any]:
 
 def _tools_change(before: Any, after: Any) -> str:
     """How two tool lists differ, by name: "+added, -removed, ~changed", else "reordered"."""
-    old, new = _by_name(before), _by_name(after)
+    return _names_change(_by_name(before), _by_name(after))
+
+
+def _names_change(old: dict[str, Any], new: dict[str, Any]) -> str:
+    if old == new:
+        return "the same"
     diff = [f"+{n}" for n in new if n not in old] + [f"-{n}" for n in old if n not in new]
     diff += [f"~{n}" for n in new if n in old and new[n] != old[n]]
     return ", ".join(diff) or "reordered"
@@ -125,13 +133,18 @@ def describe_heads(heads: list[tuple[int, str, dict[str, Any]]]) -> list[str]:
     previous: Any = None
     for cut, created, head in heads:
         tools = head.get("tools") or []
+        skills = {s["name"]: s.get("description") for s in head.get("skills") or []}
         when = "fixed at the first turn" if cut == 0 else f"rebuilt at a compaction (cut {cut})"
-        change = f": {_tools_change(previous, tools)}" if previous is not None else ""
-        if previous is not None and previous == tools:
-            change = ": the same tools"
-        count = f"{len(tools)} tool{'' if len(tools) == 1 else 's'}"
+        change = ""
+        if previous is not None:
+            tools_change = "the same" if previous[0] == tools else _tools_change(previous[0], tools)
+            skills_change = (
+                "the same" if previous[1] == skills else _names_change(previous[1], skills)
+            )
+            change = f" (tools: {tools_change}; skills: {skills_change})"
+        count = f"{len(tools)} tool{'' if len(tools) == 1 else 's'}, {len(skills)} skills"
         lines.append(f"head {when}, {created}: {count}{change}")
-        previous = tools
+        previous = (tools, skills)
     return lines
 
 

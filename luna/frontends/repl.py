@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import json
 import secrets
 import signal
 import sys
@@ -40,6 +39,7 @@ from luna.messages import (
     TurnFailed,
     clean_text,
 )
+from luna.tools.permissions import approval_text
 
 HELP = """Commands:
   /help              this help
@@ -344,11 +344,9 @@ class Repl:
         if not self.interactive:
             self.write(f"\n[denied {tool}: approval needs an interactive terminal]\n")
             return False
-        shown = json.dumps(args, ensure_ascii=False)
-        if len(shown) > 300:
-            shown = shown[:300] + "…"
+        self.write(neutralize(f"\n{tool} wants to run with:\n{approval_text(args)}\n"))
         answer = await self.reader.read(
-            neutralize(f"\nallow {tool} {shown}? [y/N] "),
+            neutralize(f"allow {tool}? [y/N] "),
             purpose="approval",
             on_stale=self._stale_notice,
         )

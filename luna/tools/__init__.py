@@ -11,7 +11,16 @@ from __future__ import annotations
 import logging
 
 from luna.config import Config
-from luna.tools.builtin import catalog, files, papers, schedule, shell, subagents, web
+from luna.tools.builtin import (
+    catalog,
+    files,
+    papers,
+    schedule,
+    shell,
+    skills,
+    subagents,
+    web,
+)
 from luna.tools.registry import SubAgentRunner, ToolContext, ToolInfo, ToolRegistry
 from luna.tools.sandbox import SandboxStatus, sandbox_status, tool_env
 from luna.tools.untrusted import wrap_untrusted
@@ -42,6 +51,6 @@ def build_registry(cfg: Config, *, probe: bool = False) -> ToolRegistry:
     if not status.ok:
         log.warning("bash is not sandboxed: %s", status.detail)
     reg = ToolRegistry(cfg, sandbox=status)
-    for module in (shell, files, web, subagents, papers, schedule, catalog):
+    for module in (shell, files, web, subagents, papers, schedule, skills, catalog):
         module.register(reg, cfg)
     return reg

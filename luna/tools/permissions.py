@@ -10,9 +10,15 @@ Invariants:
   config validation) fall back to ``ask``.
 - The registry applies one more rule on top: bash without a working sandbox is ``ask`` unless
   configured ``deny``.
+- What the owner is asked to approve is shown in full (``approval_text``), by every
+  front-end: a long command or a skill's whole text, never a preview cut at a few hundred
+  characters.
 """
 
 from __future__ import annotations
+
+import json
+from typing import Any
 
 from luna.config import PERMISSION_LEVELS, PermissionLevel, ToolsConfig
 
@@ -41,3 +47,21 @@ def resolve_level(
     }
     level = per_frontend.get(frontend, {}).get(tool, level)
     return level if level in PERMISSION_LEVELS else "ask"  # type: ignore[return-value]
+
+
+APPROVAL_TEXT_LIMIT = 100_000  # past this (a huge write_file), the rest is counted, not shown
+
+
+def approval_text(args: dict[str, Any], limit: int = APPROVAL_TEXT_LIMIT) -> str:
+    """The arguments of a call waiting for approval, readable and in full: a long or
+    multi-line string on lines of its own, anything else as JSON."""
+    parts = []
+    for key, value in args.items():
+        if isinstance(value, str) and ("\n" in value or len(value) > 80):
+            parts.append(f"{key}:\n{value}")
+        else:
+            parts.append(f"{key}: {json.dumps(value, ensure_ascii=False, default=str)}")
+    text = "\n".join(parts)
+    if len(text) > limit:
+        text = text[:limit] + f"\n[... {len(text) - limit:,} more characters not shown]"
+    return text

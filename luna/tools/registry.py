@@ -70,6 +70,7 @@ class ToolContext:
     address: dict[str, Any] | None = None  # where a later answer goes (InboundMessage.address)
     allowed_tools: frozenset[str] | None = None  # None: all; else only these may run
     declared: frozenset[str] | None = None  # the session head's tools (None: not known)
+    narrowed_by: str = ""  # the skill whose allowed-tools narrowed allowed_tools this turn
 
 
 class ToolProvider(Protocol):
@@ -284,6 +285,12 @@ class ToolRegistry:
         info = self._tools.get(call.name)
         if ctx.allowed_tools is not None and call.name not in ctx.allowed_tools:
             offered = ", ".join(sorted(ctx.allowed_tools)) or "none"
+            if ctx.narrowed_by:
+                return ToolResult(
+                    f"'{call.name}' is not allowed while {ctx.narrowed_by} is in use (its "
+                    f"allowed-tools); this turn may use: {offered}.",
+                    True,
+                )
             return ToolResult(f"Unknown tool '{call.name}'. Available tools: {offered}.", True)
         if info is None:
             info, missing = await self._revive(call.name)
@@ -326,8 +333,9 @@ class ToolRegistry:
         result = raw if isinstance(raw, ToolResult) else ToolResult(str(raw), False)
         for secret in secret_values(self.cfg):
             if secret in result.content:
-                result = ToolResult(result.content.replace(secret, "***"), result.is_error)
-        if not shape:
+                content = result.content.replace(secret, "***")
+                result = ToolResult(content, result.is_error, result.trusted)
+        if not shape or (result.trusted and info.native):
             return result
         text = await shape_output(
             result.content,

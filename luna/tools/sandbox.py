@@ -11,7 +11,7 @@
 - Luna's data folder (database, logs, tool outputs, ``.env``) is covered by an empty read-only
   tmpfs, even though the workspace lives inside it by default (it is bound back on top);
   private files outside it (the ``.env`` next to config.toml, ``mcp_servers.json``) are
-  covered by an empty read-only file;
+  covered by an empty read-only file; the skills' folders in it are bound back, read-only;
 - the network is a new empty namespace unless ``tools.network`` is true;
 - no capabilities, even when Luna runs as root (``--cap-drop ALL``), so nothing can be
   remounted;
@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from luna.config import Config, secret_values
+from luna.skills.library import readable_roots
 from luna.tools.limits import INTERPRETER, Limits
 
 
@@ -104,6 +105,12 @@ def bwrap_command(
     for w in writable:
         w.mkdir(parents=True, exist_ok=True)
         cmd += ["--bind", str(w), str(w)]
+    # Skills in the data folder (installed, learned) are shown again, read-only, at their own
+    # path, so a skill's scripts run where load_skill says they are.
+    for root in readable_roots(cfg):
+        root = root.resolve()
+        if root.is_dir() and any(root.is_relative_to(h) for h in hidden_dirs):
+            cmd += ["--ro-bind", str(root), str(root)]
     for h in hidden_dirs:
         cmd += ["--remount-ro", str(h)]
     # Private things inside a writable root are covered again on top of the bind; private

@@ -163,5 +163,6 @@ async def test_doctor_cache_names_the_head_rebuilt_at_a_compaction(
     assert [r["extends"] for r in rows] == [None, True, False]
     assert rows[2]["note"].startswith("the tool list changed (+later;")
     table = luna(tmp_path, llm_server.url, "doctor", "cache", "s1").stdout
-    assert "head fixed at the first turn" in table and "1 tool\n" in table
-    assert f"head rebuilt at a compaction (cut {cut})" in table and "2 tools: +later" in table
+    assert "head fixed at the first turn" in table and "1 tool, 0 skills\n" in table
+    assert f"head rebuilt at a compaction (cut {cut})" in table
+    assert "2 tools, 0 skills (tools: +later; skills: the same)" in table

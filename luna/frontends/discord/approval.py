@@ -8,11 +8,14 @@ Invariants:
 - No answer within ``tools.approval_timeout`` seconds means deny; so does a missing owner id or
   a prompt that could not be posted.
 - The prompt is edited to show the outcome; Discord errors are logged, never raised.
+- The owner sees everything they approve: a call whose arguments do not fit the message
+  comes with them in full as an attached text file (``approval_text``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 from typing import Any
 
@@ -20,6 +23,7 @@ import discord
 
 from luna.frontends.discord.reply import safe_call
 from luna.observe import log_event
+from luna.tools.permissions import approval_text
 
 APPROVE = "✅"
 DENY = "❌"
@@ -54,12 +58,22 @@ class ReactionApprover:
         if not self.owner_id:
             log_event("tool_approval", tool=tool_name, outcome="denied", reason="no owner_id")
             return False
+        preview = describe_args(args)
+        full = approval_text(args)
+        # The preview was cut: the whole text goes with it as a file.
+        attached = len(json.dumps(args, ensure_ascii=False, default=str)) > ARGS_PREVIEW_CHARS
         prompt = (
             f"🔐 <@{self.owner_id}> may I run `{tool_name}`?\n"
-            f"```json\n{describe_args(args)}\n```"
-            f"React {APPROVE} to allow or {DENY} to deny (denied after {self.timeout:g}s)."
+            f"```json\n{preview}\n```"
+            + ("The whole text is in the attached file.\n" if attached else "")
+            + f"React {APPROVE} to allow or {DENY} to deny (denied after {self.timeout:g}s)."
         )
-        msg = await safe_call("send_approval", self.channel.send(prompt))
+        files = (
+            {"file": discord.File(io.BytesIO(full.encode()), filename=f"{tool_name}.txt")}
+            if attached
+            else {}
+        )
+        msg = await safe_call("send_approval", self.channel.send(prompt, **files))
         if msg is None:
             log_event("tool_approval", tool=tool_name, outcome="denied", reason="prompt failed")
             return False

@@ -15,7 +15,6 @@ Invariants (the same rule as Discord's ``ReactionApprover``):
 from __future__ import annotations
 
 import asyncio
-import json
 import secrets
 import time
 from collections.abc import Callable
@@ -24,14 +23,7 @@ from typing import Any
 
 from luna.messages import Approver
 from luna.observe import log_event
-
-ARGS_PREVIEW_CHARS = 2000
-
-
-def describe_args(args: dict[str, Any], limit: int = ARGS_PREVIEW_CHARS) -> str:
-    """Tool arguments as short JSON text (shown as text on the page, never as markup)."""
-    text = json.dumps(args, ensure_ascii=False, default=str)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+from luna.tools.permissions import approval_text
 
 
 @dataclass
@@ -84,7 +76,7 @@ class ApprovalBroker:
             id=secrets.token_urlsafe(9),
             session_id=session_id,
             tool=tool,
-            arguments=describe_args(args),
+            arguments=approval_text(args),  # in full: the owner sees what they approve
             created=now,
             expires=now + wait,
             future=asyncio.get_running_loop().create_future(),

@@ -4,7 +4,8 @@ Invariants:
 - Every path is resolved (``~``, ``..`` and symlinks) before the check; relative paths start at
   the workspace (or a sub-agent's folder). Reads are allowed under the workspace,
   ``tools.read_roots`` and ``tools.write_roots``, plus ``tools.outputs_dir`` (read-only, so the
-  agent can read saved large outputs); writes only under the workspace and ``write_roots``.
+  agent can read saved large outputs) and the skills' folders (read-only, even the ones in the
+  data folder); writes only under the workspace and ``write_roots``.
 - Luna's private files (database, logs, ``.env``, the rest of the data folder) are never
   readable or writable, even when a configured root contains them.
 - After opening, the real path of the open descriptor is checked again, so a symlink swapped
@@ -24,6 +25,7 @@ from typing import Any
 
 from luna.config import Config
 from luna.errors import ToolError
+from luna.skills.library import readable_roots
 from luna.tools.registry import ToolContext, ToolRegistry
 from luna.tools.sandbox import protected_paths
 
@@ -60,7 +62,11 @@ class PathPolicy:
         self.workspace = cfg.agent.workspace.resolve()
         self.outputs = cfg.tools.outputs_dir.resolve()
         self.write_roots = [self.workspace, *(p.resolve() for p in cfg.tools.write_roots)]
-        self.read_roots = [*self.write_roots, *(p.resolve() for p in cfg.tools.read_roots)]
+        self.read_roots = [
+            *self.write_roots,
+            *(p.resolve() for p in cfg.tools.read_roots),
+            *(p.resolve() for p in readable_roots(cfg)),  # skills: read, never written
+        ]
         self.data_dir = cfg.data_dir.resolve()
         db = cfg.memory.db_path.resolve()
         extra = [db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")]

@@ -73,7 +73,7 @@ async def test_approval_from_the_api_decides_the_tool(
         asked = await events.wait_for(lambda e: e["type"] == "approval")
         approval = asked["approval"]
         assert approval["tool"] == "risky" and approval["session_id"] == "web-approve"
-        assert json.loads(approval["arguments"]) == {"text": "x"}
+        assert approval["arguments"] == 'text: "x"'  # every argument, in full
         pending = (await client.get("/api/approvals")).json()["approvals"]
         assert [p["id"] for p in pending] == [approval["id"]]
         resp = await client.post(f"/api/approvals/{approval['id']}", json={"decision": decision})

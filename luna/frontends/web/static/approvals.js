@@ -3,7 +3,7 @@
 // deadline means deny (the server decides that, this page only counts down).
 
 import { api } from "./api.js";
-import { $, clear, el, short } from "./dom.js";
+import { $, clear, el } from "./dom.js";
 
 const pending = new Map(); // id -> approval
 const cards = new Map(); // id -> Set of card elements
@@ -27,7 +27,7 @@ export function approvalCard(approval) {
     "div",
     { class: "approval card", dataset: { approvalId: approval.id } },
     el("div", { class: "approval-head" }, "🔐 May I run ", el("code", {}, approval.tool), "?"),
-    el("pre", { class: "args" }, short(approval.arguments, 2000)),
+    el("pre", { class: "args" }, approval.arguments),
     el(
       "div",
       { class: "approval-actions" },
