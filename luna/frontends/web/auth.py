@@ -34,7 +34,8 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-TOKEN_MIN_CHARS = 16
+from luna.config.secrets import HOW_TO_MAKE_WEB_TOKEN, web_token_problem
+
 COOKIE = "luna_login"
 CSRF_HEADER = "X-CSRF-Token"
 LOGIN_TTL_S = 7 * 86_400
@@ -61,19 +62,8 @@ SECURITY_HEADERS = {
     "Permissions-Policy": "camera=(), microphone=(), geolocation=()",
 }
 
-HOW_TO_SET = (
-    'set LUNA_WEB_TOKEN to a long random secret, e.g. LUNA_WEB_TOKEN="$(python -c '
-    "'import secrets; print(secrets.token_urlsafe(32))')\" (systemd: in /etc/luna/luna.env)"
-)
-
-
-def token_problem(token: str) -> str | None:
-    """Why ``token`` cannot guard the web front-end, or None."""
-    if not token:
-        return "LUNA_WEB_TOKEN is not set"
-    if len(token) < TOKEN_MIN_CHARS:
-        return f"LUNA_WEB_TOKEN is shorter than {TOKEN_MIN_CHARS} characters"
-    return None
+HOW_TO_SET = HOW_TO_MAKE_WEB_TOKEN
+token_problem = web_token_problem  # the rule lives in luna.config.secrets (doctor applies it too)
 
 
 @dataclass
