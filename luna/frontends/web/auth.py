@@ -15,8 +15,10 @@ Invariants:
   ``X-CSRF-Token`` and must not come from another site (``Origin``/``Sec-Fetch-Site``). Bearer
   requests need neither: no other site can make a browser send that header, since nothing
   here answers CORS (no ``Access-Control-*`` header is ever sent; preflights get 403).
-- Comparisons of secrets are constant-time; failed attempts are slowed and, past
-  ``MAX_FAILURES`` a minute from one address, refused for that minute.
+- Comparisons of secrets are constant-time. Every request that offers the token takes an
+  attempt from its source's bucket (:mod:`luna.frontends.web.throttle`) before the comparison;
+  a wrong one is slowed and keeps it spent, the right one gets it back. Sources and HTTPS come
+  from :mod:`luna.frontends.web.peers` (forwarded headers only from ``web.trusted_proxies``).
 - Only the page's static files and ``/login`` are reachable without the token.
 """
 
@@ -26,7 +28,6 @@ import asyncio
 import hmac
 import secrets
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -35,12 +36,13 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from luna.config.secrets import HOW_TO_MAKE_WEB_TOKEN, web_token_problem
+from luna.frontends.web.peers import Peers
+from luna.frontends.web.throttle import Throttle
 
 COOKIE = "luna_login"
 CSRF_HEADER = "X-CSRF-Token"
 LOGIN_TTL_S = 7 * 86_400
 MAX_LOGINS = 64
-MAX_FAILURES = 20  # per minute per remote address
 FAILURE_DELAY_S = 0.25
 URL_TOKEN_PARAMS = ("token", "access_token", "api_key", "key", "auth")
 AUTH: web.RequestKey[str] = web.RequestKey("luna_auth", str)  # "bearer" or "cookie"
@@ -103,36 +105,32 @@ class Logins:
         self._by_id.pop(login_id, None)
 
 
-class Throttle:
-    """Counts failed attempts per remote address over the last minute."""
-
-    def __init__(self) -> None:
-        self._fails: dict[str, deque[float]] = {}
-
-    def is_blocked(self, who: str) -> bool:
-        window = self._fails.get(who)
-        now = time.monotonic()
-        while window and now - window[0] > 60:
-            window.popleft()
-        return bool(window) and len(window) >= MAX_FAILURES
-
-    async def failed(self, who: str) -> None:
-        if len(self._fails) > 10_000:
-            self._fails.clear()
-        self._fails.setdefault(who, deque()).append(time.monotonic())
-        await asyncio.sleep(FAILURE_DELAY_S)
-
-
 class Guard:
-    """The token, the logins and the failure throttle of one web front-end."""
+    """The token, the logins, the attempt throttle and the proxy rule of one web front-end."""
 
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: str, trusted_proxies: list[str] | None = None) -> None:
         self._token = token.encode()
         self.logins = Logins()
         self.throttle = Throttle()
+        self.peers = Peers(trusted_proxies or [])
 
     def is_token(self, candidate: str) -> bool:
         return hmac.compare_digest(candidate.encode(), self._token)
+
+    async def judge(self, source: str, candidate: object) -> bool:
+        """Compare a candidate token whose attempt ``source`` has already taken: the right one
+        gets its attempt back, a wrong one keeps it spent and is slowed."""
+        if isinstance(candidate, str) and self.is_token(candidate):
+            self.throttle.refund(source)
+            return True
+        await asyncio.sleep(FAILURE_DELAY_S)
+        return False
+
+    def too_many(self, source: str) -> web.Response:
+        wait = self.throttle.retry_after(source)
+        resp = error(429, f"too many failed attempts from your address; try again in {wait} s")
+        resp.headers["Retry-After"] = str(wait)
+        return resp
 
     def bearer(self, request: web.Request) -> str | None:
         header = request.headers.get("Authorization", "")
@@ -174,15 +172,6 @@ def is_cross_site(request: web.Request) -> bool:
     return urlsplit(origin).netloc.lower() != request.host.lower()
 
 
-def is_https(request: web.Request) -> bool:
-    """HTTPS here, or at a TLS reverse proxy on this machine that says so (the cookie is then
-    marked Secure, so it never travels over plain HTTP)."""
-    if request.secure:
-        return True
-    local_proxy = request.remote in ("127.0.0.1", "::1")
-    return local_proxy and request.headers.get("X-Forwarded-Proto", "").lower() == "https"
-
-
 def _is_public(request: web.Request) -> bool:
     return request.path in PUBLIC_PATHS or request.path.startswith("/static/")
 
@@ -213,13 +202,12 @@ def guard_middleware(
     async def _admit(request: web.Request, handler: Handler) -> web.StreamResponse:
         if _is_public(request):
             return await handler(request)
-        who = request.remote or "?"
-        if guard.throttle.is_blocked(who):
-            return error(429, "too many failed attempts; wait a minute")
         token = guard.bearer(request)
         if token is not None:
-            if not guard.is_token(token):
-                await guard.throttle.failed(who)
+            source = guard.peers.source(request)
+            if not guard.throttle.take(source):  # before any await: a burst can't all pass
+                return guard.too_many(source)
+            if not await guard.judge(source, token):
                 return error(401, "wrong token")
             request[AUTH] = "bearer"
             return await handler(request)
@@ -256,9 +244,9 @@ def login_handler(guard: Guard) -> Handler:
     """``POST /login`` with ``{"token": …}`` as JSON from this site: sets the login cookie."""
 
     async def login(request: web.Request) -> web.StreamResponse:
-        who = request.remote or "?"
-        if guard.throttle.is_blocked(who):
-            return error(429, "too many failed attempts; wait a minute")
+        source = guard.peers.source(request)
+        if not guard.throttle.take(source):  # before the body is read: a burst can't all pass
+            return guard.too_many(source)
         if is_cross_site(request):
             return error(403, "cross-site login refused")
         if request.content_type != "application/json":
@@ -268,8 +256,7 @@ def login_handler(guard: Guard) -> Handler:
         except ValueError:
             return error(400, "the body is not JSON")
         candidate = body.get("token") if isinstance(body, dict) else None
-        if not isinstance(candidate, str) or not guard.is_token(candidate):
-            await guard.throttle.failed(who)
+        if not await guard.judge(source, candidate):
             return error(401, "wrong token")
         made = guard.logins.create()
         resp = web.json_response({"csrf": made.csrf})
@@ -280,7 +267,7 @@ def login_handler(guard: Guard) -> Handler:
             path="/",
             httponly=True,
             samesite="Strict",
-            secure=is_https(request),
+            secure=guard.peers.is_https(request),
         )
         return resp
 

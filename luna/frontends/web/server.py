@@ -99,7 +99,7 @@ class WebFrontend:
             agent=parts.agent,
             memory=parts.memory,
             registry=parts.registry,
-            guard=Guard(cfg.web.token),
+            guard=Guard(cfg.web.token, cfg.web.trusted_proxies),
             hub=hub,
             broker=broker,
             runner=runner,

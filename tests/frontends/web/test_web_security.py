@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from luna.frontends.web.auth import CSP, MAX_FAILURES
+from luna.frontends.web.auth import CSP
 from luna.frontends.web.server import STATIC_DIR
 from luna.memory import session_log
 from tests.fakes.llm_server import FakeLLMServer, Reply
@@ -53,17 +53,6 @@ async def test_nothing_answers_without_the_token(web_luna: Callable[..., Any]) -
             assert escaped.status_code in (401, 403, 404) and "import" not in escaped.text
 
 
-async def test_failed_attempts_are_throttled(web_luna: Callable[..., Any]) -> None:
-    luna = await web_luna()
-    async with luna.client(token="y" * 30) as wrong, luna.client() as right:
-        codes = await asyncio.gather(*(wrong.get("/api/me") for _ in range(MAX_FAILURES)))
-        assert {r.status_code for r in codes} == {401}
-        assert (await wrong.get("/api/me")).status_code == 429
-        assert (await right.get("/api/me")).status_code == 429  # per address, even the right one
-        login = await right.post("/login", json={"token": TOKEN})
-        assert login.status_code == 429
-
-
 async def test_token_in_a_cross_site_query_string_is_refused(
     web_luna: Callable[..., Any],
 ) -> None:
@@ -94,7 +83,7 @@ async def login(client: httpx.AsyncClient) -> str:
 
 
 async def test_browser_login_cookie_needs_csrf_and_same_site(web_luna: Callable[..., Any]) -> None:
-    luna = await web_luna()
+    luna = await web_luna({"web": {"trusted_proxies": ["127.0.0.1"]}})
     async with luna.client(token=None) as browser:
         assert (await browser.post("/login", json={"token": "nope" * 5})).status_code == 401
         form = await browser.post("/login", data={"token": TOKEN})  # what a cross-site form sends
@@ -139,7 +128,7 @@ async def test_browser_login_cookie_needs_csrf_and_same_site(web_luna: Callable[
         behind_tls = await browser.post(
             "/login", json={"token": TOKEN}, headers={"X-Forwarded-Proto": "https"}
         )
-        assert "Secure" in behind_tls.headers["set-cookie"]  # a TLS proxy on this machine
+        assert "Secure" in behind_tls.headers["set-cookie"]  # a trusted TLS proxy on this machine
 
 
 async def test_no_cors_and_strict_headers_everywhere(web_luna: Callable[..., Any]) -> None:
