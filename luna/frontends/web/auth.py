@@ -8,13 +8,20 @@ Invariants:
 - The token is accepted only in the ``Authorization`` header or the body of ``POST /login``;
   a request that puts it (or any ``token``/``access_token``/``api_key``) in the query string is
   refused, whatever else it carries.
-- A login is a random id in an ``HttpOnly; SameSite=Strict`` cookie (``Secure`` over HTTPS,
-  including behind a TLS proxy on this machine), kept in memory (a restart logs everyone out);
-  the token itself never reaches the browser's storage.
-- Every state-changing request made with the cookie needs the login's CSRF token in
-  ``X-CSRF-Token`` and must not come from another site (``Origin``/``Sec-Fetch-Site``). Bearer
-  requests need neither: no other site can make a browser send that header, since nothing
-  here answers CORS (no ``Access-Control-*`` header is ever sent; preflights get 403).
+- A login is a random id in an ``HttpOnly; SameSite=Strict`` cookie, kept in memory (a
+  restart logs everyone out); the token itself never reaches the browser's storage. Over
+  HTTPS (here, or at a trusted proxy) the cookie is ``__Host-luna_login``: ``Secure``, for this
+  host only, so no plain-HTTP server on another port of the host ever receives it; over HTTPS
+  only that name counts, over plain HTTP only ``luna_login``.
+- A cookie alone opens nothing: browsers send it to every port of the host, so a server on
+  another port may hold it. Every request made with it also needs the login's second secret
+  in ``X-CSRF-Token``, which only the ``POST /login`` answer carries (the page keeps it in
+  its origin's storage, which no other port can read); no endpoint hands it out again.
+- Every state-changing request made with the cookie must show that the browser sent it from
+  this page: ``Sec-Fetch-Site: same-origin``, or else an ``Origin`` of this host; a request
+  with neither (a script) is refused, and so is ``POST /login``. Bearer requests need none of
+  this: no other site can make a browser send that header, since nothing here answers CORS
+  (no ``Access-Control-*`` header is ever sent; preflights get 403).
 - Comparisons of secrets are constant-time. Every request that offers the token takes an
   attempt from its source's bucket (:mod:`luna.frontends.web.throttle`) before the comparison;
   a wrong one is slowed and keeps it spent, the right one gets it back. Sources and HTTPS come
@@ -40,6 +47,7 @@ from luna.frontends.web.peers import Peers
 from luna.frontends.web.throttle import Throttle
 
 COOKIE = "luna_login"
+HOST_COOKIE = "__Host-luna_login"  # over HTTPS
 CSRF_HEADER = "X-CSRF-Token"
 LOGIN_TTL_S = 7 * 86_400
 MAX_LOGINS = 64
@@ -126,6 +134,9 @@ class Guard:
         await asyncio.sleep(FAILURE_DELAY_S)
         return False
 
+    def cookie_name(self, request: web.Request) -> str:
+        return HOST_COOKIE if self.peers.is_https(request) else COOKIE
+
     def too_many(self, source: str) -> web.Response:
         wait = self.throttle.retry_after(source)
         resp = error(429, f"too many failed attempts from your address; try again in {wait} s")
@@ -161,15 +172,17 @@ def error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
 
-def is_cross_site(request: web.Request) -> bool:
-    """True when the browser says the request comes from another site (or origin)."""
+def is_same_origin(request: web.Request) -> bool:
+    """True only when the browser says this page made the request: ``Sec-Fetch-Site:
+    same-origin``, or (from browsers without it) an ``Origin`` naming this host. Neither
+    header, ``same-site`` (another port of this host), ``none`` or ``null`` are refused."""
     site = request.headers.get("Sec-Fetch-Site")
-    if site is not None and site not in ("same-origin", "none"):
-        return True
+    if site is not None:
+        return site == "same-origin"
     origin = request.headers.get("Origin")
-    if origin is None:
+    if not origin or origin == "null":
         return False
-    return urlsplit(origin).netloc.lower() != request.host.lower()
+    return urlsplit(origin).netloc.lower() == request.host.lower()
 
 
 def _is_public(request: web.Request) -> bool:
@@ -211,15 +224,14 @@ def guard_middleware(
                 return error(401, "wrong token")
             request[AUTH] = "bearer"
             return await handler(request)
-        login = guard.logins.get(request.cookies.get(COOKIE))
+        login = guard.logins.get(request.cookies.get(guard.cookie_name(request)))
         if login is None:
             return error(401, "log in first (or send Authorization: Bearer <LUNA_WEB_TOKEN>)")
-        if request.method not in SAFE_METHODS:
-            if is_cross_site(request):
-                return error(403, "cross-site request refused")
-            sent = request.headers.get(CSRF_HEADER, "")
-            if not hmac.compare_digest(sent.encode(), login.csrf.encode()):
-                return error(403, f"missing or wrong {CSRF_HEADER}")
+        sent = request.headers.get(CSRF_HEADER, "")
+        if not hmac.compare_digest(sent.encode(), login.csrf.encode()):
+            return error(403, f"missing or wrong {CSRF_HEADER}: log in again on the page")
+        if request.method not in SAFE_METHODS and not is_same_origin(request):
+            return error(403, "cross-site request refused")
         request[AUTH] = "cookie"
         request[LOGIN] = login
         return await handler(request)
@@ -247,8 +259,8 @@ def login_handler(guard: Guard) -> Handler:
         source = guard.peers.source(request)
         if not guard.throttle.take(source):  # before the body is read: a burst can't all pass
             return guard.too_many(source)
-        if is_cross_site(request):
-            return error(403, "cross-site login refused")
+        if not is_same_origin(request):
+            return error(403, "log in from Luna's page (cross-site or scripted login refused)")
         if request.content_type != "application/json":
             return error(415, "send the token as JSON")
         try:
@@ -259,15 +271,16 @@ def login_handler(guard: Guard) -> Handler:
         if not await guard.judge(source, candidate):
             return error(401, "wrong token")
         made = guard.logins.create()
-        resp = web.json_response({"csrf": made.csrf})
+        resp = web.json_response({"csrf": made.csrf})  # the one answer that carries it
+        name = guard.cookie_name(request)
         resp.set_cookie(
-            COOKIE,
+            name,
             made.id,
             max_age=int(guard.logins.ttl),
             path="/",
             httponly=True,
             samesite="Strict",
-            secure=guard.peers.is_https(request),
+            secure=name == HOST_COOKIE,
         )
         return resp
 
@@ -282,7 +295,8 @@ def logout_handler(guard: Guard) -> Handler:
         if login is not None:
             guard.logins.drop(login.id)
         resp = web.json_response({"ok": True})
-        resp.del_cookie(COOKIE, path="/")
+        name = guard.cookie_name(request)
+        resp.del_cookie(name, path="/", secure=name == HOST_COOKIE, httponly=True)
         return resp
 
     return logout

@@ -20,7 +20,7 @@ from aiohttp import web
 
 from luna import __version__
 from luna.errors import MemoryStoreError
-from luna.frontends.web.auth import AUTH, LOGIN, ApiError, error, json_body
+from luna.frontends.web.auth import AUTH, ApiError, error, json_body
 from luna.frontends.web.events import sse_stream
 from luna.frontends.web.state import state
 from luna.frontends.web.turns import TurnRefusedError, new_session_id, valid_session_id
@@ -42,13 +42,12 @@ def _int(request: web.Request, name: str, default: int | None, low: int, high: i
 
 
 async def me(request: web.Request) -> web.Response:
-    """``GET /api/me``: the CSRF token of this login (the page needs it), limits, version."""
+    """``GET /api/me``: how this request was let in, limits, version. Never the login's CSRF
+    token: only the ``POST /login`` answer carries it (see ``auth``)."""
     st = state(request)
-    login = request.get(LOGIN)
     return web.json_response(
         {
             "auth": request.get(AUTH),
-            "csrf": login.csrf if login is not None else None,
             "version": __version__,
             "approval_timeout": st.cfg.tools.approval_timeout,
         }

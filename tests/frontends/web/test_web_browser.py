@@ -44,8 +44,20 @@ def luna_web(
 ) -> Iterator[LunaWebProcess]:
     folder = tmp_path_factory.mktemp("luna-web")
     proc = LunaWebProcess(folder, fake_llm.url, "[tools]\napproval_timeout = 60.0\n").start()
+    asyncio.run(_warm_up(proc))
     yield proc
     assert proc.stop() == 0, "".join(proc.stderr)
+
+
+async def _warm_up(proc: LunaWebProcess) -> None:
+    """One memory written and forgotten: the process's first embedding exports the model to
+    ONNX (half a minute on a busy machine), here rather than inside a page's wait."""
+    async with httpx.AsyncClient(
+        base_url=proc.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=300
+    ) as client:
+        made = await client.post("/api/memory", json={"text": "warm-up"})
+        assert made.status_code == 201, made.text
+        assert (await client.delete(f"/api/memory/{made.json()['id']}")).status_code == 200
 
 
 @pytest.fixture
@@ -402,6 +414,86 @@ async def test_a_cross_site_page_cannot_act_with_the_token_or_the_cookie(
     async with api(luna_web) as client:
         texts = [m["text"] for m in (await client.get("/api/memory")).json()["memories"]]
     assert not [t for t in texts if "planted" in t], texts
+
+
+class _OtherPort(BaseHTTPRequestHandler):
+    """Another server on the same host name, on another port: it keeps the cookies the browser
+    sends it (cookies are not port-scoped) and its page tries Luna's API with them."""
+
+    target = ""
+    cookies: list[str] = []
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server API
+        self.cookies.append(self.headers.get("Cookie") or "")
+        t = self.target
+        body = f"""<!doctype html><html><body><script>
+(async () => {{
+  const out = [];
+  for (const path of ["/api/me", "/api/sessions"]) {{
+    try {{ const r = await fetch("{t}" + path, {{credentials: "include"}});
+           out.push(await r.text()); }} catch (e) {{ out.push("blocked"); }}
+  }}
+  for (const mode of ["no-cors", "cors"]) {{
+    const body = '{{"text": "planted-' + mode + '"}}';
+    try {{ await fetch("{t}/api/memory", {{method: "POST", credentials: "include", mode,
+             headers: {{"Content-Type": "text/plain"}}, body}}); }} catch (e) {{}}
+  }}
+  window.__stolen = [localStorage.getItem("luna.csrf"), out];
+  document.title = "done";
+}})();
+</script></body></html>""".encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+async def test_a_page_on_another_port_gets_nothing_from_the_cookie_it_receives(
+    page: Any, luna_web: LunaWebProcess
+) -> None:
+    """Issue 23's attack in the browser: chromium hands Luna's cookie to a server on another
+    port of the same host; neither that server's page nor a script replaying the cookie can
+    read or change anything."""
+    async with api(luna_web) as owner:
+        task = (await owner.post("/api/schedules", json={"text": "stay", "after": "2h"})).json()
+    await log_in(page, luna_web.url)
+    handler = type("Other", (_OtherPort,), {"target": luna_web.url, "cookies": []})
+    other = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        await page.goto(f"http://127.0.0.1:{other.server_address[1]}/")
+        await page.wait_for_function("document.title === 'done'")
+        csrf_seen, answers = await page.evaluate("window.__stolen")
+        page.errors.clear()  # the other page's failed fetches are its errors, not Luna's
+    finally:
+        other.shutdown()
+        other.server_close()
+    stolen = next(c for c in handler.cookies if "luna_login=" in c)  # it did get the cookie
+    got_through = 0
+    thief = httpx.AsyncClient(base_url=luna_web.url, headers={"Cookie": stolen}, timeout=120)
+    async with thief:
+        me = await thief.get("/api/me")
+        csrf = me.json().get("csrf") if me.status_code == 200 else None
+        headers = {"X-CSRF-Token": csrf} if csrf else {}
+        for method, path, body in (
+            ("GET", "/api/sessions", None),
+            ("GET", "/api/memory", None),
+            ("POST", "/api/memory", {"text": "planted-by-script"}),
+            ("POST", f"/api/schedules/{task['id']}/cancel", None),
+        ):
+            resp = await thief.request(method, path, json=body, headers=headers)
+            got_through += resp.status_code < 400
+    print(f"\nstolen cookie replayed: csrf handed out {csrf is not None}, {got_through}/4 got in")
+    assert csrf_seen is None and all(a == "blocked" for a in answers), answers
+    assert me.status_code >= 400 and got_through == 0
+    async with api(luna_web) as owner:
+        texts = [m["text"] for m in (await owner.get("/api/memory")).json()["memories"]]
+        assert not [t for t in texts if "planted" in t], texts
+        assert (await owner.get(f"/api/schedules/{task['id']}")).json()["state"] == "active"
 
 
 async def test_schedule_a_reminder_run_it_now_and_see_it_in_the_chat(

@@ -19,6 +19,121 @@ def same_origin(luna: Any) -> dict[str, str]:
     return {"Origin": luna.url, "Sec-Fetch-Site": "same-origin"}
 
 
+async def log_in(client: httpx.AsyncClient, luna: Any, **headers: str) -> tuple[str, str]:
+    """(cookie header value, csrf token) of a fresh login made as the page makes it."""
+    resp = await client.post(
+        "/login", json={"token": TOKEN}, headers={**same_origin(luna), **headers}
+    )
+    assert resp.status_code == 200, resp.text
+    name, _, rest = resp.headers["set-cookie"].partition("=")
+    return f"{name}={rest.split(';')[0]}", resp.json()["csrf"]
+
+
+async def test_login_csrf_token_is_never_handed_out_for_the_cookie_alone(
+    web_luna: Callable[..., Any],
+) -> None:
+    luna = await web_luna()
+    async with luna.client(token=None) as browser:
+        cookie, csrf = await log_in(browser, luna)
+    async with luna.client(token=None, headers={"Cookie": cookie}) as thief:
+        for path in ("/api/me", "/api/sessions", "/api/memory", "/api/config", "/api/events"):
+            resp = await thief.get(path)
+            assert resp.status_code == 403, (path, resp.status_code)
+            assert csrf not in resp.text, path
+        me = await thief.get("/api/me", headers={"X-CSRF-Token": csrf})
+        assert me.status_code == 200 and me.json()["auth"] == "cookie"
+        assert csrf not in me.text
+
+
+async def test_state_changes_with_the_cookie_need_the_browsers_origin_headers(
+    web_luna: Callable[..., Any],
+) -> None:
+    luna = await web_luna()
+    async with luna.client(token=None) as browser:
+        cookie, csrf = await log_in(browser, luna)
+    other_port = luna.url.rsplit(":", 1)[0] + ":1"
+    refused = [
+        {},  # a script: neither header
+        {"Sec-Fetch-Site": "same-site"},  # a page on another port of this host
+        {"Sec-Fetch-Site": "none"},
+        {"Origin": other_port},
+        {"Origin": "null"},
+    ]
+    async with luna.client(token=None, headers={"Cookie": cookie, "X-CSRF-Token": csrf}) as c:
+        for headers in refused:
+            resp = await c.post("/api/memory", json={"text": "planted"}, headers=headers)
+            assert resp.status_code == 403, headers
+            assert (await c.post("/api/logout", headers=headers)).status_code == 403, headers
+        for i, headers in enumerate(({"Origin": luna.url}, {"Sec-Fetch-Site": "same-origin"})):
+            resp = await c.post("/api/memory", json={"text": f"mine {i}"}, headers=headers)
+            assert resp.status_code == 201, (headers, resp.text)
+    texts = [m["text"] for m in await luna.memory.list_memories(limit=50)]
+    assert sorted(texts) == ["mine 0", "mine 1"]
+
+
+async def test_a_stolen_cookie_alone_writes_nothing_and_cancels_nothing(
+    web_luna: Callable[..., Any],
+) -> None:
+    """The attack of issue 23: the cookie, read by a server on another port, replayed by a
+    script; it fetches the CSRF token from /api/me, then writes without origin headers."""
+    luna = await web_luna(scheduler=True)
+    async with luna.client() as owner:
+        task = (await owner.post("/api/schedules", json={"text": "water", "after": "1h"})).json()
+    async with luna.client(token=None) as browser:
+        cookie, _csrf = await log_in(browser, luna)
+    got_through = 0
+    async with luna.client(token=None, headers={"Cookie": cookie}) as thief:
+        me = await thief.get("/api/me")
+        stolen = me.json().get("csrf") if me.status_code == 200 else None
+        headers = {"X-CSRF-Token": stolen} if stolen else {}
+        for method, path, body in (
+            ("POST", "/api/memory", {"text": "planted"}),
+            ("POST", f"/api/schedules/{task['id']}/cancel", None),
+            ("POST", "/api/sessions/web-x/messages", {"text": "hi"}),
+            ("GET", "/api/sessions", None),
+        ):
+            resp = await thief.request(method, path, json=body, headers=headers)
+            got_through += resp.status_code < 400
+    assert got_through == 0
+    assert await luna.memory.list_memories(limit=10) == []
+    async with luna.client() as owner:
+        assert (await owner.get(f"/api/schedules/{task['id']}")).json()["state"] == "active"
+
+
+async def test_over_https_the_cookie_has_the_host_prefix_and_is_secure(
+    web_luna: Callable[..., Any],
+) -> None:
+    luna = await web_luna({"web": {"trusted_proxies": ["127.0.0.1", "::1"]}})
+    tls = {"X-Forwarded-Proto": "https"}
+    async with luna.client(token=None) as browser:
+        resp = await browser.post(
+            "/login", json={"token": TOKEN}, headers={**same_origin(luna), **tls}
+        )
+        set_cookie = resp.headers["set-cookie"]
+        assert set_cookie.startswith("__Host-luna_login="), set_cookie
+        assert "Secure" in set_cookie and "Path=/" in set_cookie
+        assert "domain" not in set_cookie.lower()
+        login_id = set_cookie.split(";")[0].split("=", 1)[1]
+        csrf = resp.json()["csrf"]
+        ok = await browser.get(
+            "/api/me",
+            headers={"Cookie": f"__Host-luna_login={login_id}", "X-CSRF-Token": csrf, **tls},
+        )
+        assert ok.status_code == 200
+        # Over HTTPS a cookie without the prefix (one that plain HTTP could have set) counts
+        # for nothing; over plain HTTP the prefixed one is not expected either.
+        browser.cookies.clear()
+        for name, headers in (("luna_login", tls), ("__Host-luna_login", {})):
+            resp = await browser.get(
+                "/api/me",
+                headers={"Cookie": f"{name}={login_id}", "X-CSRF-Token": csrf, **headers},
+            )
+            assert resp.status_code == 401, name
+        plain = await browser.post("/login", json={"token": TOKEN}, headers=same_origin(luna))
+        assert plain.headers["set-cookie"].startswith("luna_login=")
+        assert "Secure" not in plain.headers["set-cookie"]
+
+
 async def test_forwarded_headers_count_only_from_a_trusted_proxy(
     web_luna: Callable[..., Any],
 ) -> None:

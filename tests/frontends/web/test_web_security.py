@@ -73,8 +73,8 @@ async def test_token_in_a_cross_site_query_string_is_refused(
         assert (await owner.get("/api/memory")).json()["memories"] == []
 
 
-async def login(client: httpx.AsyncClient) -> str:
-    resp = await client.post("/login", json={"token": TOKEN})
+async def login(client: httpx.AsyncClient, page: dict[str, str]) -> str:
+    resp = await client.post("/login", json={"token": TOKEN}, headers=page)
     assert resp.status_code == 200, resp.text
     cookie = resp.headers["set-cookie"]
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/" in cookie
@@ -84,21 +84,27 @@ async def login(client: httpx.AsyncClient) -> str:
 
 async def test_browser_login_cookie_needs_csrf_and_same_site(web_luna: Callable[..., Any]) -> None:
     luna = await web_luna({"web": {"trusted_proxies": ["127.0.0.1"]}})
+    page = {"Origin": luna.url, "Sec-Fetch-Site": "same-origin"}
     async with luna.client(token=None) as browser:
-        assert (await browser.post("/login", json={"token": "nope" * 5})).status_code == 401
-        form = await browser.post("/login", data={"token": TOKEN})  # what a cross-site form sends
-        assert form.status_code == 415
+        wrong_token = await browser.post("/login", json={"token": "nope" * 5}, headers=page)
+        assert wrong_token.status_code == 401
+        form = await browser.post("/login", data={"token": TOKEN}, headers=page)
+        assert form.status_code == 415  # what a cross-site form sends
         evil_login = await browser.post(
             "/login", json={"token": TOKEN}, headers={"Origin": "https://evil.example"}
         )
         assert evil_login.status_code == 403
-        csrf = await login(browser)
-        me = (await browser.get("/api/me")).json()
-        assert me["auth"] == "cookie" and me["csrf"] == csrf
+        scripted = await browser.post("/login", json={"token": TOKEN})  # no origin headers
+        assert scripted.status_code == 403
+        csrf = await login(browser, page)
+        me = (await browser.get("/api/me", headers={"X-CSRF-Token": csrf})).json()
+        assert me["auth"] == "cookie" and "csrf" not in me
         body = {"text": "a memory"}
-        no_csrf = await browser.post("/api/memory", json=body)
+        no_csrf = await browser.post("/api/memory", json=body, headers=page)
         assert no_csrf.status_code == 403 and "X-CSRF-Token" in no_csrf.json()["error"]
-        wrong = await browser.post("/api/memory", json=body, headers={"X-CSRF-Token": "x" * 43})
+        wrong = await browser.post(
+            "/api/memory", json=body, headers={**page, "X-CSRF-Token": "x" * 43}
+        )
         assert wrong.status_code == 403
         cross = await browser.post(
             "/api/memory",
@@ -110,23 +116,17 @@ async def test_browser_login_cookie_needs_csrf_and_same_site(web_luna: Callable[
             "/api/memory", json=body, headers={"X-CSRF-Token": csrf, "Origin": "http://evil:1"}
         )
         assert other_origin.status_code == 403
-        same = await browser.post(
-            "/api/memory",
-            json=body,
-            headers={"X-CSRF-Token": csrf, "Origin": luna.url, "Sec-Fetch-Site": "same-origin"},
-        )
+        same = await browser.post("/api/memory", json=body, headers={**page, "X-CSRF-Token": csrf})
         assert same.status_code == 201
-        out = await browser.post("/api/logout", headers={"X-CSRF-Token": csrf})
+        out = await browser.post("/api/logout", headers={**page, "X-CSRF-Token": csrf})
         assert out.status_code == 200
-        assert (await browser.get("/api/me")).status_code == 401
+        assert (await browser.get("/api/me", headers={"X-CSRF-Token": csrf})).status_code == 401
         browser.cookies.clear()
         assert (await browser.get("/api/me")).status_code == 401
-        assert (
-            "Secure"
-            not in (await browser.post("/login", json={"token": TOKEN})).headers["set-cookie"]
-        )
+        plain = await browser.post("/login", json={"token": TOKEN}, headers=page)
+        assert "Secure" not in plain.headers["set-cookie"]
         behind_tls = await browser.post(
-            "/login", json={"token": TOKEN}, headers={"X-Forwarded-Proto": "https"}
+            "/login", json={"token": TOKEN}, headers={**page, "X-Forwarded-Proto": "https"}
         )
         assert "Secure" in behind_tls.headers["set-cookie"]  # a trusted TLS proxy on this machine
 
