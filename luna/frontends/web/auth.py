@@ -33,18 +33,23 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import logging
 import secrets
 import time
+import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
 
 from luna.config.secrets import HOW_TO_MAKE_WEB_TOKEN, web_token_problem
+from luna.frontends.web.inputs import ApiError, error, json_body
 from luna.frontends.web.peers import Peers
 from luna.frontends.web.throttle import Throttle
+from luna.observe import log_event
+
+log = logging.getLogger(__name__)
 
 COOKIE = "luna_login"
 HOST_COOKIE = "__Host-luna_login"  # over HTTPS
@@ -149,29 +154,6 @@ class Guard:
         return value.strip() if scheme.lower() == "bearer" and value.strip() else None
 
 
-class ApiError(Exception):
-    """Raised by a handler for a bad request: answered as ``{"error": message}``."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-async def json_body(request: web.Request) -> dict[str, Any]:
-    """The request's JSON object, or ApiError 400."""
-    try:
-        body = await request.json()
-    except ValueError:
-        body = None
-    if not isinstance(body, dict):
-        raise ApiError(400, "send a JSON object")
-    return body
-
-
-def error(status: int, message: str) -> web.Response:
-    return web.json_response({"error": message}, status=status)
-
-
 def is_same_origin(request: web.Request) -> bool:
     """True only when the browser says this page made the request: ``Sec-Fetch-Site:
     same-origin``, or (from browsers without it) an ``Origin`` naming this host. Neither
@@ -211,6 +193,23 @@ def guard_middleware(
             return await _admit(request, handler)
         except ApiError as e:
             return error(e.status, str(e))
+        except web.HTTPException:
+            raise  # aiohttp's own answers: 404, 405, 413
+        except Exception as e:  # noqa: BLE001 - a bug: one line on the console, no traceback
+            log.error(
+                "web: %s %s failed: %s (traceback in the event log)",
+                request.method,
+                request.path,
+                type(e).__name__,
+            )
+            log_event(
+                "web_request_failed",
+                method=request.method,
+                path=request.path,
+                error=type(e).__name__,
+                traceback=traceback.format_exc(),
+            )
+            return error(500, "internal error; see Luna's log")
 
     async def _admit(request: web.Request, handler: Handler) -> web.StreamResponse:
         if _is_public(request):
@@ -263,12 +262,8 @@ def login_handler(guard: Guard) -> Handler:
             return error(403, "log in from Luna's page (cross-site or scripted login refused)")
         if request.content_type != "application/json":
             return error(415, "send the token as JSON")
-        try:
-            body = await request.json()
-        except ValueError:
-            return error(400, "the body is not JSON")
-        candidate = body.get("token") if isinstance(body, dict) else None
-        if not await guard.judge(source, candidate):
+        body = await json_body(request)  # a bad one keeps the attempt spent
+        if not await guard.judge(source, body.get("token")):
             return error(401, "wrong token")
         made = guard.logins.create()
         resp = web.json_response({"csrf": made.csrf})  # the one answer that carries it

@@ -6,6 +6,8 @@ a model named ``luna``. Sessions and the reconciliation of resent history follow
 what the history meant (``X-Luna-History``: continued, replayed or diverged).
 
 Invariants:
+- The body goes through :func:`luna.frontends.web.inputs.json_body` (depth, surrogates, UTF-8)
+  and ``stream``/``stream_options`` are type-checked: bad input is a 4xx, never a 500.
 - Errors have OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``; a turn that
   fails is HTTP 502 (or, once streaming, one ``data: {"error": …}`` event), never a fake reply.
 - Streaming follows the chat.completion.chunk format: a role chunk, content deltas (Luna's
@@ -25,6 +27,7 @@ from typing import Any
 from aiohttp import web
 
 from luna.frontends.web.events import sse_bytes
+from luna.frontends.web.inputs import ApiError, json_body
 from luna.frontends.web.reconcile import (
     Reconciled,
     RequestError,
@@ -99,11 +102,16 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     """``POST /v1/chat/completions``, streaming or not."""
     st = state(request)
     try:
-        body = await request.json()
-    except ValueError:
-        return openai_error(400, "the request body is not valid JSON")
-    if not isinstance(body, dict):
-        return openai_error(400, "the request body must be a JSON object")
+        body = await json_body(request)
+    except ApiError as e:
+        return openai_error(e.status, str(e))
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        return openai_error(
+            400, "'stream_options' must be an object, e.g. {\"include_usage\": true}"
+        )
+    if not isinstance(body.get("stream", False), bool | None):
+        return openai_error(400, "'stream' must be true or false")
     session = session_for(request.headers.get(SESSION_HEADER), body.get("user"))
     if not valid_session_id(session):
         return openai_error(400, f"invalid session name {session[:40]!r}")
@@ -118,7 +126,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     )
     headers = {SESSION_HEADER: session, HISTORY_HEADER: decision.outcome}
     is_stream = bool(body.get("stream"))
-    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    include_usage = bool((options or {}).get("include_usage"))
     cid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
     if decision.outcome == "replayed":
         return await _replay(request, decision, cid, headers, is_stream, include_usage)
