@@ -236,6 +236,9 @@ class WebConfig(Section):
     # Reverse proxies (addresses or networks) whose X-Forwarded-For / X-Forwarded-Proto are
     # believed; from anyone else those headers are ignored.
     trusted_proxies: list[str] = Field(default_factory=list)
+    # Seconds a connection has to send a request's headers, counted from when it opens or its
+    # last answer ends: a connection that never finishes them is closed.
+    header_timeout: Annotated[float, Field(ge=1, le=300)] = 10.0
 
     @field_validator("trusted_proxies")
     @classmethod

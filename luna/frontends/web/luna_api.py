@@ -10,7 +10,8 @@ Invariants:
 - Input is checked here (types, ranges) before it reaches memory; memory's own errors
   (``MemoryStoreError``) become 400s with their one line.
 - Reads page through big tables (``limit`` at most ``browse.MAX_PAGE``).
-- Bodies, ids and query integers go through :mod:`luna.frontends.web.inputs`.
+- Bodies, ids and query integers go through :mod:`luna.frontends.web.inputs`; a memory is at
+  most ``MAX_MEMORY_CHARS`` characters (413 beyond).
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ from luna.frontends.web.inputs import ApiError, error, json_body, path_id, query
 from luna.frontends.web.state import state
 from luna.frontends.web.turns import TurnRefusedError, new_session_id, valid_session_id
 from luna.memory import browse
+
+# A memory is one fact, recalled into prompts next to others: 4,000 characters (about 1,000
+# tokens) holds a long paragraph, and keeps a handful of recalled memories within a prompt.
+MAX_MEMORY_CHARS = 4000
+
 
 # ---- who am I ----------------------------------------------------------------------------
 
@@ -150,12 +156,19 @@ async def memory_detail(request: web.Request) -> web.Response:
 
 
 async def add_memory(request: web.Request) -> web.Response:
-    """``POST /api/memory`` ``{"text", "importance"?: 1-10, "scope"?}`` (as ``memory add``)."""
+    """``POST /api/memory`` ``{"text", "importance"?: 1-10, "scope"?}`` (as ``memory add``);
+    ``text`` is at most ``MAX_MEMORY_CHARS``."""
     body = await json_body(request)
     text, importance = body.get("text"), body.get("importance", 5)
     scope = body.get("scope", "owner")
     if not isinstance(text, str) or not text.strip():
         return error(400, "'text' must be a non-empty string")
+    if len(text) > MAX_MEMORY_CHARS:
+        return error(
+            413,
+            f"a memory is at most {MAX_MEMORY_CHARS:,} characters (this one: {len(text):,}); "
+            "keep one fact per memory",
+        )
     if isinstance(importance, bool) or not isinstance(importance, int) or not 1 <= importance <= 10:
         return error(400, "'importance' must be an integer 1-10")
     if not isinstance(scope, str) or not scope:

@@ -13,6 +13,8 @@ Invariants:
   running turns finish within ``agent.shutdown_grace`` (the agent's drain), ends the event
   streams, then closes the listener.
 - A port it cannot bind stops Luna with one line (LunaError), not a traceback.
+- A connection that has not sent a whole request head within ``web.header_timeout`` seconds
+  (of opening, or of its last answer) is closed.
 """
 
 from __future__ import annotations
@@ -110,8 +112,14 @@ class WebFrontend:
 
     async def start(self) -> str:
         """Listen; returns the URL (with the real port when ``web.port`` is 0)."""
+        # aiohttp's keep-alive timer starts when a connection opens and again when an answer
+        # ends, and closes the connection if no complete request head has arrived by then:
+        # set to web.header_timeout it is the header timeout (it never cuts a running answer).
         self._runner = web.AppRunner(
-            build_app(self.state), access_log=None, shutdown_timeout=CLOSE_TIMEOUT_S
+            build_app(self.state),
+            access_log=None,
+            shutdown_timeout=CLOSE_TIMEOUT_S,
+            keepalive_timeout=self.cfg.web.header_timeout,
         )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.cfg.web.host, self.cfg.web.port)

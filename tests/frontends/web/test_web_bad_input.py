@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ import pytest
 from tests.fakes.llm_server import FakeLLMServer
 from tests.frontends.web.conftest import TOKEN
 from tests.frontends.web.process import LunaWebProcess
+from tests.frontends.web.sse import event_stream
 
 DEEP = 100_000
 NESTED_BODIES = {
@@ -176,6 +179,82 @@ async def test_session_ids_with_a_trailing_newline_are_refused(
     assert sessions == ["api:abc"]
 
 
+async def test_a_memory_longer_than_the_cap_is_refused(
+    web_luna: Callable[..., Any], no_tracebacks: None
+) -> None:
+    from luna.frontends.web.luna_api import MAX_MEMORY_CHARS
+
+    luna = await web_luna()
+    async with luna.client() as client:
+        at_cap = await client.post("/api/memory", json={"text": "m" * MAX_MEMORY_CHARS})
+        assert at_cap.status_code == 201, at_cap.text
+        for size in (MAX_MEMORY_CHARS + 1, 3 * 1024 * 1024):
+            resp = await client.post("/api/memory", json={"text": "m" * size})
+            assert resp.status_code == 413, (size, resp.status_code)
+            assert_one_line_4xx(resp, size)
+            assert f"{MAX_MEMORY_CHARS:,}" in message(resp)
+    assert len(await luna.memory.list_memories(limit=5)) == 1
+
+
+async def test_the_masked_token_shows_none_of_its_characters(
+    web_luna: Callable[..., Any],
+) -> None:
+    luna = await web_luna()
+    async with luna.client() as client:
+        items = {i["key"]: i["value"] for i in (await client.get("/api/config")).json()["items"]}
+    shown = items["web.token"]
+    assert shown == f"set ({len(TOKEN)} chars)", shown
+    assert not any(ch in shown for ch in TOKEN if ch.isalpha() and ch not in "setchar")
+
+
+def _half_open(port: int, n: int) -> list[socket.socket]:
+    """``n`` connections that send the start of a request and then nothing."""
+    socks = []
+    for _ in range(n):
+        s = socket.create_connection(("127.0.0.1", port))
+        s.sendall(b"GET /api/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+        s.setblocking(False)
+        socks.append(s)
+    return socks
+
+
+def _closed(s: socket.socket) -> bool:
+    try:
+        return s.recv(1) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+async def test_connections_that_never_finish_their_headers_are_closed(
+    web_luna: Callable[..., Any], llm_server: FakeLLMServer
+) -> None:
+    luna = await web_luna({"web": {"header_timeout": 1.0}})
+    port = int(luna.url.rsplit(":", 1)[1])
+    socks = await asyncio.to_thread(_half_open, port, 200)
+    started = time.monotonic()
+    try:
+        async with luna.client() as client, event_stream(client) as events:
+            while not all(_closed(s) for s in socks):
+                assert time.monotonic() - started < 10, sum(map(_closed, socks))
+                await asyncio.sleep(0.1)
+            closed_after = time.monotonic() - started
+            # A stream that has its headers is not cut by the header timeout: a turn started
+            # now still reaches it, well past the timeout since it opened.
+            await asyncio.sleep(0.5)
+            sent = await client.post("/api/sessions/web-slow/messages", json={"text": "hi"})
+            turn = sent.json()["turn_id"]
+            await events.wait_for(lambda e: e.get("turn_id") == turn and e["type"] == "done")
+    finally:
+        for s in socks:
+            s.close()
+    print(
+        f"\n200 connections that never finished their headers: all closed in {closed_after:.1f} s"
+    )
+    assert closed_after < 5
+
+
 def test_no_request_body_puts_a_traceback_on_stderr(tmp_path: Path) -> None:
     """Every hostile body above, against a real ``luna web`` process: its stderr stays free
     of tracebacks and errors."""
@@ -222,4 +301,5 @@ async def _attack(url: str) -> list[int]:
                     await client.post(f"/api/sessions/{sid}/messages", json={"text": "hi"})
                 ).status_code
             )
+        codes.append((await client.post("/api/memory", json={"text": "m" * 3_000_000})).status_code)
     return codes
