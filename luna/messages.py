@@ -202,6 +202,7 @@ class TurnDone:
     reply: str
     rounds: int
     usage: Usage | None = None
+    finish_reason: str | None = None  # the server's, for the final reply ("length": cut off)
 
 
 @dataclass(frozen=True)

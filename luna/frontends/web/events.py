@@ -66,7 +66,13 @@ def event_json(event: AgentEvent) -> dict[str, Any]:
         }
     if isinstance(event, TurnDone):
         usage = asdict(event.usage) if event.usage is not None else None
-        return {"type": "done", "reply": event.reply, "rounds": event.rounds, "usage": usage}
+        return {
+            "type": "done",
+            "reply": event.reply,
+            "rounds": event.rounds,
+            "usage": usage,
+            "finish_reason": event.finish_reason,
+        }
     if isinstance(event, TurnFailed):
         return {"type": "failed", "message": event.message}
     raise TypeError(f"not an agent event: {event!r}")

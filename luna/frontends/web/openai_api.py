@@ -13,6 +13,8 @@ Invariants:
 - Streaming follows the chat.completion.chunk format: a role chunk, content deltas (Luna's
   reasoning as ``reasoning_content`` deltas, as llama-server sends it), a finish chunk, a usage
   chunk when ``stream_options.include_usage`` asks, then ``[DONE]``.
+- ``finish_reason`` is ``length`` when the server cut the final reply at max_tokens (it said
+  so), else ``stop``, streaming or not.
 - Luna's tools run inside the turn (approvals on the page); the client sees only the reply.
   Client-side ``tools`` are not offered to the model and are ignored.
 - A dropped client does not cancel the turn (see :mod:`luna.frontends.web.turns`).
@@ -71,7 +73,15 @@ def _usage(done: dict[str, Any] | None) -> dict[str, int]:
     }
 
 
-def _completion(cid: str, reply: str, usage: dict[str, int]) -> dict[str, Any]:
+def _finish_reason(done: dict[str, Any]) -> str:
+    """OpenAI's finish_reason for a finished turn: ``length`` when the server cut the final
+    reply at max_tokens, else ``stop`` (Luna's own tool calls are not the client's)."""
+    return "length" if done.get("finish_reason") == "length" else "stop"
+
+
+def _completion(
+    cid: str, reply: str, usage: dict[str, int], finish: str = "stop"
+) -> dict[str, Any]:
     return {
         "id": cid,
         "object": "chat.completion",
@@ -81,7 +91,7 @@ def _completion(cid: str, reply: str, usage: dict[str, int]) -> dict[str, Any]:
             {
                 "index": 0,
                 "message": {"role": "assistant", "content": reply},
-                "finish_reason": "stop",
+                "finish_reason": finish,
             }
         ],
         "usage": usage,
@@ -145,7 +155,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             resp = openai_error(502, message, "luna_turn_failed")
             resp.headers.update(headers)
             return resp
-        return web.json_response(_completion(cid, final["reply"], _usage(final)), headers=headers)
+        answer = _completion(cid, final["reply"], _usage(final), _finish_reason(final))
+        return web.json_response(answer, headers=headers)
     resp = _stream_response(headers)
     await resp.prepare(request)
     try:
@@ -161,7 +172,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                 await resp.write(sse_bytes({"error": err}))
                 break
             elif kind == "done":
-                await _finish(resp, cid, _usage(event), include_usage)
+                await _finish(resp, cid, _usage(event), include_usage, _finish_reason(event))
                 break
         await resp.write_eof()
     except ConnectionError:
@@ -176,9 +187,13 @@ def _stream_response(headers: dict[str, str]) -> web.StreamResponse:
 
 
 async def _finish(
-    resp: web.StreamResponse, cid: str, usage: dict[str, int], include_usage: bool
+    resp: web.StreamResponse,
+    cid: str,
+    usage: dict[str, int],
+    include_usage: bool,
+    finish: str = "stop",
 ) -> None:
-    await resp.write(sse_bytes(_chunk(cid, {}, "stop")))
+    await resp.write(sse_bytes(_chunk(cid, {}, finish)))
     if include_usage:
         last = {**_chunk(cid, {}), "choices": [], "usage": usage}
         await resp.write(sse_bytes(last))
