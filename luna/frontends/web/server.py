@@ -8,7 +8,9 @@ natively. The page is plain static files: no build step.
 
 Invariants:
 - ``check(cfg)`` refuses to start without a usable ``LUNA_WEB_TOKEN`` and says how to set one.
-- It listens on ``web.host`` (127.0.0.1 unless configured) and prints one line with its URL.
+- It listens on ``web.host`` (127.0.0.1 unless configured) and prints one line with its URL,
+  and one warning when that is reachable beyond this machine without TLS in front (the rule
+  ``luna doctor`` applies, ``luna.doctor.web.exposure``).
 - ``run(stop)``: once ``stop`` is set it takes no new turns, denies pending approvals, lets
   running turns finish within ``agent.shutdown_grace`` (the agent's drain), ends the event
   streams, then closes the listener.
@@ -29,6 +31,7 @@ from typing import Any
 from aiohttp import web
 
 from luna.config import Config
+from luna.doctor.web import exposure
 from luna.errors import ConfigError, LunaError
 from luna.frontends.web import admin_api, luna_api, openai_api, schedules_api
 from luna.frontends.web.approvals import ApprovalBroker
@@ -44,6 +47,7 @@ from luna.frontends.web.auth import (
 from luna.frontends.web.events import EventHub
 from luna.frontends.web.state import STATE, WebState
 from luna.frontends.web.turns import TurnRunner
+from luna.observe import log_event
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +145,15 @@ class WebFrontend:
             print(
                 f"web: Luna's page and API at {self.url}/ (token: $LUNA_WEB_TOKEN)", file=sys.stderr
             )
+        problem = exposure(self.cfg.web)
+        if problem is not None:
+            log_event("web_exposed", host=self.cfg.web.host, port=port)
+            if self.announce:
+                print(
+                    f'web: warning: {problem}; keep web.host = "127.0.0.1" behind a TLS '
+                    "reverse proxy (README: On the LAN)",
+                    file=sys.stderr,
+                )
         return self.url
 
     async def run(self, stop: asyncio.Event) -> None:

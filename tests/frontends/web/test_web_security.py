@@ -20,6 +20,7 @@ from luna.frontends.web.server import STATIC_DIR
 from luna.memory import session_log
 from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.frontends.web.conftest import TOKEN, XSS
+from tests.frontends.web.process import LunaWebProcess
 from tests.frontends.web.sse import event_stream
 from tests.luna_process import data_env
 
@@ -269,3 +270,14 @@ def test_luna_web_refuses_to_start_without_a_token(tmp_path: Path) -> None:
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("luna: web: LUNA_WEB_TOKEN is not set")
     assert "secrets.token_urlsafe" in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_luna_web_on_the_lan_without_tls_warns_at_start(tmp_path: Path) -> None:
+    with FakeLLMServer() as llm:
+        proc = LunaWebProcess(tmp_path, llm.url, 'host = "0.0.0.0"\n').start()
+        assert proc.stop() == 0, "".join(proc.stderr)
+    warned = [line for line in proc.stderr if "plain HTTP" in line]
+    assert len(warned) == 1, proc.stderr
+    assert "0.0.0.0" in warned[0] and "TLS" in warned[0] and "127.0.0.1" in warned[0]
+    assert "Traceback" not in "".join(proc.stderr)
+    # (On 127.0.0.1 it says nothing: see test_no_request_body_puts_a_traceback_on_stderr.)
