@@ -8,7 +8,8 @@ Invariants:
 - Publishing never waits: a subscriber whose queue is full (a stalled browser tab) is dropped
   and its stream ends; the browser reconnects and resyncs from the session log. A slow client
   can never slow a turn.
-- Text is sent as data, never as markup: escaping is the page's job (it only sets textContent).
+- Text is sent as data, never as markup: escaping is the page's job (text nodes, and
+  Luna's replies as sanitized Markdown).
 - Every stream ends when the hub closes (shutdown), so the HTTP server can stop.
 - A stream sends a comment every ``KEEPALIVE_S`` so proxies keep it open.
 """

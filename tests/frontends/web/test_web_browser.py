@@ -24,6 +24,7 @@ import pytest
 
 from luna.config import build_config
 from luna.memory import Memory
+from luna.messages import BIDI_CONTROLS
 from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.frontends.web.browser import browser_page
 from tests.frontends.web.conftest import TOKEN, XSS
@@ -330,6 +331,117 @@ async def test_xss_in_reply_tool_result_and_memory_shows_as_text(
     assert await page.locator("img").count() == 0
     assert await page.locator("script:not([src])").count() == 0
     await shot(page, "11-xss-memory")
+
+
+MARKDOWN_REPLY = """## Plan
+
+Here is **bold**, *italic* and `inline <b>code</b>`.
+
+- one
+- two
+
+| a | b |
+|---|---|
+| 1 | 2 |
+
+```python
+print("<b>hi</b>")
+```
+
+[docs](https://example.com/docs) and www.example.org
+
+Hostile: [js](javascript:window.__pwned=3) [data](data:text/html;base64,PHNjcmlwdD4=)
+[ref][1] <javascript:window.__pwned=5> ![pic](http://127.0.0.1:9/x.png) [rel](/api/me)
+<a href="https://example.com" onclick="window.__pwned=6">raw link</a>
+
+<div onclick="window.__pwned=7">raw block</div>
+<script>window.__pwned=4</script>
+<img src=x onerror="window.__pwned=8"><svg onload="window.__pwned=9"></svg>
+<iframe src="https://example.com"></iframe><style>body{display:none}</style>
+
+[1]: javascript:window.__pwned=10
+"""
+FORBIDDEN = "script, img, svg, iframe, style, object, embed, form, input, link, meta, video"
+INSPECT = """sel => {
+  const box = document.querySelector(sel);
+  const all = [...document.querySelectorAll('#messages *')];
+  return {
+    tags: [...new Set([...box.querySelectorAll('*')].map(e => e.tagName.toLowerCase()))],
+    on: all.flatMap(e => [...e.attributes].map(a => a.name)).filter(n => n.startsWith('on')),
+    links: [...box.querySelectorAll('a')].map(a => [a.getAttribute('href'), a.rel, a.target]),
+    forbidden: document.querySelectorAll('#messages :is(FORBIDDEN)').length,
+    text: box.textContent,
+    pwned: window.__pwned ?? null,
+  };
+}""".replace("FORBIDDEN", FORBIDDEN)
+
+
+def _assert_safe_markdown(seen: dict[str, Any]) -> None:
+    assert {"h2", "strong", "em", "code", "ul", "li", "table", "td", "pre", "a"} <= set(
+        seen["tags"]
+    ), seen["tags"]
+    assert seen["on"] == [] and seen["forbidden"] == 0 and seen["pwned"] is None, seen
+    hrefs = [href for href, _rel, _target in seen["links"]]
+    # An image is not loaded: it becomes a link (http(s) only, like every link).
+    web = ["https://example.com/docs", "http://www.example.org", "http://127.0.0.1:9/x.png"]
+    assert hrefs == web, seen["links"]
+    for _href, rel, target in seen["links"]:
+        assert "noopener" in rel and "noreferrer" in rel and target == "_blank"
+    for raw in ('<div onclick="window.__pwned=7">', "<script>", "<img src=x", "raw link</a>"):
+        assert raw in seen["text"], raw  # raw HTML is shown as the text it is
+    assert "javascript:" not in " ".join(h or "" for h in hrefs)
+
+
+async def test_markdown_replies_render_safely_with_copy_buttons(
+    page: Any, luna_web: LunaWebProcess, fake_llm: FakeLLMServer
+) -> None:
+    await page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=luna_web.url)
+    await log_in(page, luna_web.url)
+    await new_session(page)
+    fake_llm.script(Reply(content=MARKDOWN_REPLY, chunk_size=40, chunk_delay=0.01))
+    await send(page, "**not bold** <i>me</i>")
+    await page.wait_for_selector("#messages .turn.finished")
+    reply = "#messages .msg.assistant:last-of-type .text"
+    _assert_safe_markdown(await page.evaluate(INSPECT, reply))
+    user = page.locator("#messages .msg.user").last
+    assert await user.locator("strong, i, em").count() == 0
+    assert await user.text_content() == "**not bold** <i>me</i>"
+    await shot(page, "15-markdown-reply")
+    copy = page.locator("#messages .code-block button.copy").last
+    await copy.click()
+    await page.wait_for_selector("#messages .code-block button.copy:has-text('Copied')")
+    assert await page.evaluate("navigator.clipboard.readText()") == 'print("<b>hi</b>")'
+    await page.reload()  # the history renders the same way
+    await page.wait_for_selector("#messages .msg.assistant table")
+    _assert_safe_markdown(await page.evaluate(INSPECT, "#messages .msg.assistant .text"))
+
+
+async def test_bidirectional_controls_show_as_visible_marks(
+    page: Any, luna_web: LunaWebProcess, fake_llm: FakeLLMServer
+) -> None:
+    (luna_web.workspace / "bidi.txt").write_text("report\u202etxt.exe")
+    await log_in(page, luna_web.url)
+    await new_session(page)
+    fake_llm.script(
+        Reply(tool_calls=[{"name": "read_file", "arguments": {"path": "bidi.txt"}}]),
+        Reply(content="Open invoice\u202egnp.exe, not \u2067this\u2069."),
+    )
+    await send(page, "read bidi.txt")
+    await page.wait_for_selector("#messages .turn.finished")
+    marks = page.locator("#messages .msg.assistant .bidi")
+    assert await marks.all_text_contents() == ["U+202E", "U+2067", "U+2069"]
+    tool = page.locator("#messages details.tool", has_text="read_file")
+    await tool.locator("summary").click()
+    assert await tool.locator(".tool-result .bidi").all_text_contents() == ["U+202E"]
+    async with api(luna_web) as client:
+        await client.post("/api/memory", json={"text": "pay to \u202e1234 5678"})
+    await page.click("#tabs button[data-view=memory]")
+    await page.click("#memory-list-all")
+    await page.wait_for_selector("#memory-results .bidi")
+    shown = await page.evaluate("document.querySelector('#app').textContent")
+    raw = [f"U+{ord(c):04X}" for c in shown if ord(c) in BIDI_CONTROLS]
+    assert raw == [], raw
+    await shot(page, "16-bidi-visible")
 
 
 def _fill(luna_web: LunaWebProcess, session: str, n: int) -> None:

@@ -5,6 +5,7 @@ start without a token (a real ``python -m luna`` process)."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
 import subprocess
 import sys
@@ -152,15 +153,45 @@ async def test_no_cors_and_strict_headers_everywhere(web_luna: Callable[..., Any
             pass  # the SSE stream carries the headers too (checked on prepare)
 
 
+def _code(path: Path) -> str:
+    return re.sub(r"^\s*//.*$", "", path.read_text(), flags=re.M)  # comments may name them
+
+
 def test_the_page_never_writes_markup_from_strings() -> None:
-    """The escaping rule's owner is dom.js: text nodes only, no HTML sinks anywhere."""
-    sinks = re.compile(r"innerHTML|outerHTML|insertAdjacentHTML|document\.write|eval\(|Function\(")
+    """The escaping rule's owners: dom.js builds nodes from text, markdown.js is the one way to
+    a sanitized fragment; no HTML sink anywhere in the page's own code."""
+    sinks = re.compile(
+        r"innerHTML|outerHTML|insertAdjacentHTML|document\.write|eval\(|Function\(|srcdoc"
+        r"|DOMParser|createContextualFragment|setHTML|parseHTML"
+    )
+    libraries = re.compile(r"DOMPurify|\bmarked\b|Marked|\.sanitize\(")
     for path in STATIC_DIR.glob("*.js"):
-        code = re.sub(r"^\s*//.*$", "", path.read_text(), flags=re.M)  # comments may name them
+        code = _code(path)
         assert not sinks.search(code), path.name
+        if path.name != "markdown.js":
+            assert not libraries.search(code), f"{path.name} reaches the Markdown path directly"
+    markdown = _code(STATIC_DIR / "markdown.js")
+    assert markdown.count("DOMPurify.sanitize(") == 1 and markdown.count("marked.parse(") == 1
+    assert (
+        "RETURN_DOM_FRAGMENT: true" in markdown
+        and "html: ({ text }) => escapeHtml(text)" in markdown
+    )
+    assert re.search(r"ALLOWED_URI_REGEXP: WEB_URL", markdown)
+    assert "const WEB_URL = /^https?:\\/\\//i;" in markdown
     html = (STATIC_DIR / "index.html").read_text()
     assert not re.search(r"<script(?![^>]*\bsrc=)", html)  # no inline script (CSP forbids it)
     assert not re.search(r"\son[a-z]+\s*=", html) and " style=" not in html
+
+
+def test_vendored_libraries_are_the_recorded_npm_files_with_their_licenses() -> None:
+    vendor = STATIC_DIR / "vendor"
+    for folder in sorted(p for p in vendor.iterdir() if p.is_dir()):
+        note = (folder / "VENDOR.md").read_text()
+        recorded = dict(re.findall(r"sha256 of (\S+): ([0-9a-f]{64})", note))
+        assert recorded, folder.name
+        for name, digest in recorded.items():
+            assert hashlib.sha256((folder / name).read_bytes()).hexdigest() == digest, name
+        assert list(folder.glob("LICENSE*")), f"{folder.name} has no license file"
 
 
 async def test_xss_payloads_stay_data_in_every_api(
