@@ -185,7 +185,9 @@ def test_the_page_never_writes_markup_from_strings() -> None:
 
 def test_vendored_libraries_are_the_recorded_npm_files_with_their_licenses() -> None:
     vendor = STATIC_DIR / "vendor"
-    for folder in sorted(p for p in vendor.iterdir() if p.is_dir()):
+    folders = sorted(p for p in vendor.iterdir() if p.is_dir())
+    assert [f.name for f in folders] == ["chart.js", "dompurify", "marked"]
+    for folder in folders:
         note = (folder / "VENDOR.md").read_text()
         recorded = dict(re.findall(r"sha256 of (\S+): ([0-9a-f]{64})", note))
         assert recorded, folder.name
