@@ -8,7 +8,7 @@ Invariants:
 - Agent events are what front-ends see while a turn runs; they carry no agent logic.
 - Text is valid Unicode wherever it is stored or sent: ``clean_text`` is the one repair.
 - Text shown on a terminal (the REPL, console log lines) goes through ``neutralize`` first:
-  its control characters are made visible, never obeyed.
+  its control characters, bidirectional controls included, are made visible, never obeyed.
 """
 
 from __future__ import annotations
@@ -40,13 +40,18 @@ def clean_text(text: str) -> str:
 _CONTROLS: dict[int, str] = {c: chr(0x2400 + c) for c in range(0x20) if c not in (0x09, 0x0A)}
 _CONTROLS[0x7F] = "\u2421"  # ␡
 _CONTROLS.update({c: f"\\x{c:02x}" for c in range(0x80, 0xA0)})
+# Unicode's Bidi_Control characters (embeddings, overrides, isolates, marks): they reorder
+# what a terminal shows ("Trojan Source"), so they are shown as ``\u202e`` and friends.
+BIDI_CONTROLS = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
+_CONTROLS.update({c: f"\\u{c:04x}" for c in BIDI_CONTROLS})
 
 
 def neutralize(text: str) -> str:
     """``text`` safe to print on a terminal: no control a terminal would obey, none dropped.
 
     ESC becomes ``␛`` (U+241B) and every other C0 control but ``\\n`` and ``\\t`` its Control
-    Picture (``␇``, ``␍``, ...), DEL ``␡``, a C1 control the text ``\\x9b``, a lone surrogate
+    Picture (``␇``, ``␍``, ...), DEL ``␡``, a C1 control the text ``\\x9b``, a bidirectional
+    control (U+202E and the rest of ``BIDI_CONTROLS``) the text ``\\u202e``, a lone surrogate
     U+FFFD. One character at a time, so a sequence split across stream deltas is caught too.
     """
     return clean_text(text).translate(_CONTROLS)
@@ -205,6 +210,7 @@ class TurnDone:
     reply: str
     rounds: int
     usage: Usage | None = None
+    finish_reason: str | None = None  # the server's, for the final reply ("length": cut off)
 
 
 @dataclass(frozen=True)

@@ -295,7 +295,7 @@ class Agent:
                 reply, kept = self._final_reply(resp, at_limit, emit)
                 stored = assistant_message(kept, [], resp.reasoning if keep_reasoning else "")
                 await persist(stored, resp.usage)
-                emit(TurnDone(reply=reply, rounds=rounds, usage=usage))
+                emit(TurnDone(reply, rounds, usage, finish_reason=resp.finish_reason))
                 break
             budget.take()
             rounds += 1

@@ -259,9 +259,10 @@ def effective_items(cfg: Config) -> list[tuple[str, Any, str]]:
 
 
 def mask_secret(value: str) -> str:
+    """How a secret is shown: whether it is set and its length, none of its characters."""
     if not value:
         return "(not set)"
-    return f"{value[:2]}…{len(value)} chars" if len(value) > 8 else "****"
+    return f"set ({len(value)} chars)"
 
 
 def secret_values(cfg: Config) -> list[str]:

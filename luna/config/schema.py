@@ -11,6 +11,7 @@ Invariants:
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -211,6 +212,20 @@ class DiscordConfig(Section):
     max_attachment_bytes: Annotated[int, Field(ge=0, le=25_000_000)] = 100_000
 
 
+LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
+
+
+def is_loopback_host(host: str) -> bool:
+    """True when ``host`` (an address or name to listen on) reaches this machine only."""
+    name = host.strip().strip("[]").lower()
+    if name in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False  # another host name: it may resolve to any interface
+
+
 class WebConfig(Section):
     """The web front-end and HTTP API (``luna.frontends.web``); off unless ``enabled``."""
 
@@ -218,6 +233,30 @@ class WebConfig(Section):
     host: NonEmpty = "127.0.0.1"
     port: Annotated[int, Field(ge=0, le=65535)] = 8765
     token: str = Field("", repr=False)  # secret: LUNA_WEB_TOKEN only
+    # Reverse proxies (addresses or networks) whose X-Forwarded-For / X-Forwarded-Proto are
+    # believed; from anyone else those headers are ignored.
+    trusted_proxies: list[str] = Field(default_factory=list)
+    # Seconds a connection has to send a request's headers, counted from when it opens or its
+    # last answer ends: a connection that never finishes them is closed.
+    header_timeout: Annotated[float, Field(ge=1, le=300)] = 10.0
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        out = []
+        for item in value:
+            try:
+                out.append(str(ipaddress.ip_network(item.strip(), strict=False)))
+            except ValueError:
+                raise ValueError(
+                    f"{item!r} is not an IP address or network (e.g. 127.0.0.1, 10.0.0.0/24)"
+                ) from None
+        return out
+
+    @property
+    def is_loopback_only(self) -> bool:
+        """The listener is reachable from this machine only."""
+        return is_loopback_host(self.host)
 
 
 class ObserveConfig(Section):

@@ -6,7 +6,8 @@ size from ``/props``, a tool-call probe, reasoning format; embeddings load (ONNX
 torch, and why) and which recall mode served recent turns (from the event log); SQLite FTS5 and
 sqlite-vec; the database (quick_check, a lost file, the running Luna, backups, held messages);
 schema version; bubblewrap; each MCP server starts and lists tools; Discord token
-shape; free disk for the data folder.
+shape; free disk for the data folder; the web front-end's bind address, token and proxy
+(``doctor/web.py``).
 
 Invariants:
 - Exit code 1 when any *essential* check fails, else 0; degraded checks (⚠) never fail the run.
@@ -37,6 +38,7 @@ from luna.config.secrets import discord_bot_id, discord_token_problem
 from luna.doctor.database import check_database
 from luna.doctor.llm import check_llm
 from luna.doctor.result import CheckResult, fail, in_thread, ok, skipped
+from luna.doctor.web import check_web
 
 GROUP_TIMEOUTS = {
     "config": 10.0,
@@ -49,6 +51,7 @@ GROUP_TIMEOUTS = {
     "mcp": 120.0,
     "discord": 5.0,
     "disk": 10.0,
+    "web": 10.0,
 }
 DISK_FAIL_BYTES = 200 * 1024**2
 DISK_WARN_BYTES = 2 * 1024**3
@@ -364,6 +367,7 @@ CHECKS: list[tuple[str, Check]] = [
     ("mcp", check_mcp),
     ("discord", check_discord),
     ("disk", check_disk),
+    ("web", check_web),
 ]
 
 

@@ -56,7 +56,7 @@ MAX_NAME = 64
 MAX_SERVER_NAME = 32
 MAX_DESCRIPTION = 1024
 
-_SERVER_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]|_(?!_))*(?<!_)$")
+_SERVER_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]|_(?!_))*(?<!_)")  # fullmatch only
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _BAD_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
 
@@ -203,7 +203,7 @@ def _one_line(error: ValidationError) -> str:
 
 
 def _build_spec(name: str, raw: Any, environ: Mapping[str, str], call_timeout: float) -> ServerSpec:
-    if not _SERVER_NAME.match(name) or len(name) > MAX_SERVER_NAME:
+    if not _SERVER_NAME.fullmatch(name) or len(name) > MAX_SERVER_NAME:
         raise ConfigError(
             f"server name {name!r} must use letters, digits, '-' and single inner '_' "
             f"(at most {MAX_SERVER_NAME} characters)"

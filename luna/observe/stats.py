@@ -30,7 +30,7 @@ from typing import Any
 
 from luna.config import Config
 
-_FILE_RE = re.compile(r"^luna-(\d{4}-\d{2}-\d{2})\.jsonl$")
+_FILE_RE = re.compile(r"luna-(\d{4}-\d{2}-\d{2})\.jsonl")  # fullmatch only
 
 
 @dataclass
@@ -104,7 +104,7 @@ def _log_files(log_dir: Path, since: dt.datetime) -> list[Path]:
     files = []
     if log_dir.is_dir():
         for path in sorted(log_dir.iterdir()):
-            m = _FILE_RE.match(path.name)
+            m = _FILE_RE.fullmatch(path.name)
             if m and dt.date.fromisoformat(m.group(1)) >= first_day:
                 files.append(path)
     return files

@@ -92,6 +92,32 @@ def test_repl_shows_control_sequences_instead_of_obeying_them(
     assert_no_controls(proc.stderr)  # the log lines on the console are shown safely too
 
 
+# Unicode's Bidi_Control characters: embeddings, overrides, isolates and marks. Any of them
+# in model text reorders what the terminal shows ("Trojan Source", CVE-2021-42574).
+BIDI_CONTROLS = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+
+
+def test_repl_shows_bidirectional_controls_instead_of_obeying_them(
+    tmp_path: Path, llm_server: FakeLLMServer
+) -> None:
+    llm_server.script(
+        Reply(content="open invoice\u202eexe.pdf\u202c now " + BIDI_CONTROLS),
+        Reply(status=401, error_body={"error": {"message": "key \u2067reversed\u2069"}}),
+    )
+    proc = run_piped(tmp_path, llm_server.url, b"first\nsecond\n")
+    assert proc.returncode == 0, proc.stderr.decode()
+    out, err = proc.stdout.decode(), proc.stderr.decode()
+    for ch in BIDI_CONTROLS:
+        assert ch not in out and ch not in err, f"U+{ord(ch):04X} reached the terminal"
+    assert "open invoice\\u202eexe.pdf\\u202c now" in out
+    assert "key \\u2067reversed\\u2069" in out
+    # What is stored is what the model said: the neutralizing is for the screen only.
+    assert stored(tmp_path)[1] == (
+        "assistant",
+        "open invoice\u202eexe.pdf\u202c now " + BIDI_CONTROLS,
+    )
+
+
 def _pty_repl(tmp_path: Path, endpoint: str, lines: list[str], **extra: str) -> bytes:
     """Run the REPL on a pseudo-terminal, type ``lines`` one per prompt; all it wrote."""
     master, slave = pty.openpty()

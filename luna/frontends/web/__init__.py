@@ -4,8 +4,10 @@ Modules: ``server`` (the aiohttp app and the front-end contract's ``check``/``ma
 ``auth`` (token, browser logins, CSRF, headers), ``openai_api`` + ``reconcile`` (the
 OpenAI-compatible API and how resent history maps onto the session log), ``luna_api`` and
 ``admin_api`` (Luna's JSON endpoints over the code the CLI uses), ``turns`` (background turns),
-``events`` (agent events as JSON and SSE), ``approvals`` (approve/deny from the page), and
-``static/`` (the page: plain ES modules, vendored Chart.js).
+``events`` (agent events as JSON and SSE), ``approvals`` (approve/deny from the page),
+``inputs`` (bodies, ids and numbers checked at the door), ``throttle`` and ``peers`` (token
+attempts per source; who the source is behind a trusted proxy), and ``static/`` (the page:
+plain ES modules, vendored Chart.js, marked and DOMPurify).
 
 Invariant: the page and every API answer only to the ``LUNA_WEB_TOKEN`` bearer token or a
 login made with it; nothing below this package imports it.

@@ -28,7 +28,7 @@ from luna.config import default_config_path, effective_items, load_config
 from luna.config.cli import set_value
 from luna.doctor.checks import CHECKS, run_checks
 from luna.errors import ConfigError
-from luna.frontends.web.auth import ApiError, error, json_body
+from luna.frontends.web.inputs import ApiError, error, json_body, query_int
 from luna.frontends.web.state import state
 from luna.observe import stats
 
@@ -36,12 +36,8 @@ MAX_DAYS = 366
 
 
 def _days(request: web.Request, default: int = 7) -> int:
-    raw = request.query.get("days", str(default))
-    try:
-        days = int(raw)
-    except ValueError:
-        raise ApiError(400, "days must be an integer") from None
-    if not 1 <= days <= MAX_DAYS:
+    days = query_int(request, "days", default, -(2**62), 2**62)
+    if days is None or not 1 <= days <= MAX_DAYS:
         raise ApiError(400, f"days must be 1-{MAX_DAYS}")
     return days
 
@@ -70,10 +66,7 @@ async def list_tools(request: web.Request) -> web.Response:
 async def tool_runs(request: web.Request) -> web.Response:
     """``GET /api/tools/runs?days=7&limit=100``: the latest tool runs from the event log."""
     cfg = state(request).cfg
-    try:
-        limit = max(1, min(1000, int(request.query.get("limit", "100"))))
-    except ValueError:
-        return error(400, "limit must be an integer")
+    limit = query_int(request, "limit", 100, 1, 1000) or 100
     runs = await asyncio.to_thread(stats.tool_runs, cfg.observe.log_dir, _days(request), limit)
     return web.json_response({"runs": runs})
 

@@ -8,15 +8,24 @@ Invariants:
 - The token is accepted only in the ``Authorization`` header or the body of ``POST /login``;
   a request that puts it (or any ``token``/``access_token``/``api_key``) in the query string is
   refused, whatever else it carries.
-- A login is a random id in an ``HttpOnly; SameSite=Strict`` cookie (``Secure`` over HTTPS,
-  including behind a TLS proxy on this machine), kept in memory (a restart logs everyone out);
-  the token itself never reaches the browser's storage.
-- Every state-changing request made with the cookie needs the login's CSRF token in
-  ``X-CSRF-Token`` and must not come from another site (``Origin``/``Sec-Fetch-Site``). Bearer
-  requests need neither: no other site can make a browser send that header, since nothing
-  here answers CORS (no ``Access-Control-*`` header is ever sent; preflights get 403).
-- Comparisons of secrets are constant-time; failed attempts are slowed and, past
-  ``MAX_FAILURES`` a minute from one address, refused for that minute.
+- A login is a random id in an ``HttpOnly; SameSite=Strict`` cookie, kept in memory (a
+  restart logs everyone out); the token itself never reaches the browser's storage. Over
+  HTTPS (here, or at a trusted proxy) the cookie is ``__Host-luna_login``: ``Secure``, for this
+  host only, so no plain-HTTP server on another port of the host ever receives it; over HTTPS
+  only that name counts, over plain HTTP only ``luna_login``.
+- A cookie alone opens nothing: browsers send it to every port of the host, so a server on
+  another port may hold it. Every request made with it also needs the login's second secret
+  in ``X-CSRF-Token``, which only the ``POST /login`` answer carries (the page keeps it in
+  its origin's storage, which no other port can read); no endpoint hands it out again.
+- Every state-changing request made with the cookie must show that the browser sent it from
+  this page: ``Sec-Fetch-Site: same-origin``, or else an ``Origin`` of this host; a request
+  with neither (a script) is refused, and so is ``POST /login``. Bearer requests need none of
+  this: no other site can make a browser send that header, since nothing here answers CORS
+  (no ``Access-Control-*`` header is ever sent; preflights get 403).
+- Comparisons of secrets are constant-time. Every request that offers the token takes an
+  attempt from its source's bucket (:mod:`luna.frontends.web.throttle`) before the comparison;
+  a wrong one is slowed and keeps it spent, the right one gets it back. Sources and HTTPS come
+  from :mod:`luna.frontends.web.peers` (forwarded headers only from ``web.trusted_proxies``).
 - Only the page's static files and ``/login`` are reachable without the token.
 """
 
@@ -24,22 +33,29 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import logging
 import secrets
 import time
-from collections import deque
+import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
 
-TOKEN_MIN_CHARS = 16
+from luna.config.secrets import HOW_TO_MAKE_WEB_TOKEN, web_token_problem
+from luna.frontends.web.inputs import ApiError, error, json_body
+from luna.frontends.web.peers import Peers
+from luna.frontends.web.throttle import Throttle
+from luna.observe import log_event
+
+log = logging.getLogger(__name__)
+
 COOKIE = "luna_login"
+HOST_COOKIE = "__Host-luna_login"  # over HTTPS
 CSRF_HEADER = "X-CSRF-Token"
 LOGIN_TTL_S = 7 * 86_400
 MAX_LOGINS = 64
-MAX_FAILURES = 20  # per minute per remote address
 FAILURE_DELAY_S = 0.25
 URL_TOKEN_PARAMS = ("token", "access_token", "api_key", "key", "auth")
 AUTH: web.RequestKey[str] = web.RequestKey("luna_auth", str)  # "bearer" or "cookie"
@@ -61,19 +77,8 @@ SECURITY_HEADERS = {
     "Permissions-Policy": "camera=(), microphone=(), geolocation=()",
 }
 
-HOW_TO_SET = (
-    'set LUNA_WEB_TOKEN to a long random secret, e.g. LUNA_WEB_TOKEN="$(python -c '
-    "'import secrets; print(secrets.token_urlsafe(32))')\" (systemd: in /etc/luna/luna.env)"
-)
-
-
-def token_problem(token: str) -> str | None:
-    """Why ``token`` cannot guard the web front-end, or None."""
-    if not token:
-        return "LUNA_WEB_TOKEN is not set"
-    if len(token) < TOKEN_MIN_CHARS:
-        return f"LUNA_WEB_TOKEN is shorter than {TOKEN_MIN_CHARS} characters"
-    return None
+HOW_TO_SET = HOW_TO_MAKE_WEB_TOKEN
+token_problem = web_token_problem  # the rule lives in luna.config.secrets (doctor applies it too)
 
 
 @dataclass
@@ -113,36 +118,35 @@ class Logins:
         self._by_id.pop(login_id, None)
 
 
-class Throttle:
-    """Counts failed attempts per remote address over the last minute."""
-
-    def __init__(self) -> None:
-        self._fails: dict[str, deque[float]] = {}
-
-    def is_blocked(self, who: str) -> bool:
-        window = self._fails.get(who)
-        now = time.monotonic()
-        while window and now - window[0] > 60:
-            window.popleft()
-        return bool(window) and len(window) >= MAX_FAILURES
-
-    async def failed(self, who: str) -> None:
-        if len(self._fails) > 10_000:
-            self._fails.clear()
-        self._fails.setdefault(who, deque()).append(time.monotonic())
-        await asyncio.sleep(FAILURE_DELAY_S)
-
-
 class Guard:
-    """The token, the logins and the failure throttle of one web front-end."""
+    """The token, the logins, the attempt throttle and the proxy rule of one web front-end."""
 
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: str, trusted_proxies: list[str] | None = None) -> None:
         self._token = token.encode()
         self.logins = Logins()
         self.throttle = Throttle()
+        self.peers = Peers(trusted_proxies or [])
 
     def is_token(self, candidate: str) -> bool:
         return hmac.compare_digest(candidate.encode(), self._token)
+
+    async def judge(self, source: str, candidate: object) -> bool:
+        """Compare a candidate token whose attempt ``source`` has already taken: the right one
+        gets its attempt back, a wrong one keeps it spent and is slowed."""
+        if isinstance(candidate, str) and self.is_token(candidate):
+            self.throttle.refund(source)
+            return True
+        await asyncio.sleep(FAILURE_DELAY_S)
+        return False
+
+    def cookie_name(self, request: web.Request) -> str:
+        return HOST_COOKIE if self.peers.is_https(request) else COOKIE
+
+    def too_many(self, source: str) -> web.Response:
+        wait = self.throttle.retry_after(source)
+        resp = error(429, f"too many failed attempts from your address; try again in {wait} s")
+        resp.headers["Retry-After"] = str(wait)
+        return resp
 
     def bearer(self, request: web.Request) -> str | None:
         header = request.headers.get("Authorization", "")
@@ -150,47 +154,17 @@ class Guard:
         return value.strip() if scheme.lower() == "bearer" and value.strip() else None
 
 
-class ApiError(Exception):
-    """Raised by a handler for a bad request: answered as ``{"error": message}``."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-async def json_body(request: web.Request) -> dict[str, Any]:
-    """The request's JSON object, or ApiError 400."""
-    try:
-        body = await request.json()
-    except ValueError:
-        body = None
-    if not isinstance(body, dict):
-        raise ApiError(400, "send a JSON object")
-    return body
-
-
-def error(status: int, message: str) -> web.Response:
-    return web.json_response({"error": message}, status=status)
-
-
-def is_cross_site(request: web.Request) -> bool:
-    """True when the browser says the request comes from another site (or origin)."""
+def is_same_origin(request: web.Request) -> bool:
+    """True only when the browser says this page made the request: ``Sec-Fetch-Site:
+    same-origin``, or (from browsers without it) an ``Origin`` naming this host. Neither
+    header, ``same-site`` (another port of this host), ``none`` or ``null`` are refused."""
     site = request.headers.get("Sec-Fetch-Site")
-    if site is not None and site not in ("same-origin", "none"):
-        return True
+    if site is not None:
+        return site == "same-origin"
     origin = request.headers.get("Origin")
-    if origin is None:
+    if not origin or origin == "null":
         return False
-    return urlsplit(origin).netloc.lower() != request.host.lower()
-
-
-def is_https(request: web.Request) -> bool:
-    """HTTPS here, or at a TLS reverse proxy on this machine that says so (the cookie is then
-    marked Secure, so it never travels over plain HTTP)."""
-    if request.secure:
-        return True
-    local_proxy = request.remote in ("127.0.0.1", "::1")
-    return local_proxy and request.headers.get("X-Forwarded-Proto", "").lower() == "https"
+    return urlsplit(origin).netloc.lower() == request.host.lower()
 
 
 def _is_public(request: web.Request) -> bool:
@@ -219,29 +193,44 @@ def guard_middleware(
             return await _admit(request, handler)
         except ApiError as e:
             return error(e.status, str(e))
+        except web.HTTPException:
+            raise  # aiohttp's own answers: 404, 405, 413
+        except Exception as e:  # noqa: BLE001 - a bug: one line on the console, no traceback
+            log.error(
+                "web: %s %s failed: %s (traceback in the event log)",
+                request.method,
+                request.path,
+                type(e).__name__,
+            )
+            log_event(
+                "web_request_failed",
+                method=request.method,
+                path=request.path,
+                error=type(e).__name__,
+                traceback=traceback.format_exc(),
+            )
+            return error(500, "internal error; see Luna's log")
 
     async def _admit(request: web.Request, handler: Handler) -> web.StreamResponse:
         if _is_public(request):
             return await handler(request)
-        who = request.remote or "?"
-        if guard.throttle.is_blocked(who):
-            return error(429, "too many failed attempts; wait a minute")
         token = guard.bearer(request)
         if token is not None:
-            if not guard.is_token(token):
-                await guard.throttle.failed(who)
+            source = guard.peers.source(request)
+            if not guard.throttle.take(source):  # before any await: a burst can't all pass
+                return guard.too_many(source)
+            if not await guard.judge(source, token):
                 return error(401, "wrong token")
             request[AUTH] = "bearer"
             return await handler(request)
-        login = guard.logins.get(request.cookies.get(COOKIE))
+        login = guard.logins.get(request.cookies.get(guard.cookie_name(request)))
         if login is None:
             return error(401, "log in first (or send Authorization: Bearer <LUNA_WEB_TOKEN>)")
-        if request.method not in SAFE_METHODS:
-            if is_cross_site(request):
-                return error(403, "cross-site request refused")
-            sent = request.headers.get(CSRF_HEADER, "")
-            if not hmac.compare_digest(sent.encode(), login.csrf.encode()):
-                return error(403, f"missing or wrong {CSRF_HEADER}")
+        sent = request.headers.get(CSRF_HEADER, "")
+        if not hmac.compare_digest(sent.encode(), login.csrf.encode()):
+            return error(403, f"missing or wrong {CSRF_HEADER}: log in again on the page")
+        if request.method not in SAFE_METHODS and not is_same_origin(request):
+            return error(403, "cross-site request refused")
         request[AUTH] = "cookie"
         request[LOGIN] = login
         return await handler(request)
@@ -266,31 +255,27 @@ def login_handler(guard: Guard) -> Handler:
     """``POST /login`` with ``{"token": …}`` as JSON from this site: sets the login cookie."""
 
     async def login(request: web.Request) -> web.StreamResponse:
-        who = request.remote or "?"
-        if guard.throttle.is_blocked(who):
-            return error(429, "too many failed attempts; wait a minute")
-        if is_cross_site(request):
-            return error(403, "cross-site login refused")
+        source = guard.peers.source(request)
+        if not guard.throttle.take(source):  # before the body is read: a burst can't all pass
+            return guard.too_many(source)
+        if not is_same_origin(request):
+            return error(403, "log in from Luna's page (cross-site or scripted login refused)")
         if request.content_type != "application/json":
             return error(415, "send the token as JSON")
-        try:
-            body = await request.json()
-        except ValueError:
-            return error(400, "the body is not JSON")
-        candidate = body.get("token") if isinstance(body, dict) else None
-        if not isinstance(candidate, str) or not guard.is_token(candidate):
-            await guard.throttle.failed(who)
+        body = await json_body(request)  # a bad one keeps the attempt spent
+        if not await guard.judge(source, body.get("token")):
             return error(401, "wrong token")
         made = guard.logins.create()
-        resp = web.json_response({"csrf": made.csrf})
+        resp = web.json_response({"csrf": made.csrf})  # the one answer that carries it
+        name = guard.cookie_name(request)
         resp.set_cookie(
-            COOKIE,
+            name,
             made.id,
             max_age=int(guard.logins.ttl),
             path="/",
             httponly=True,
             samesite="Strict",
-            secure=is_https(request),
+            secure=name == HOST_COOKIE,
         )
         return resp
 
@@ -305,7 +290,8 @@ def logout_handler(guard: Guard) -> Handler:
         if login is not None:
             guard.logins.drop(login.id)
         resp = web.json_response({"ok": True})
-        resp.del_cookie(COOKIE, path="/")
+        name = guard.cookie_name(request)
+        resp.del_cookie(name, path="/", secure=name == HOST_COOKIE, httponly=True)
         return resp
 
     return logout

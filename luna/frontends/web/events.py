@@ -8,7 +8,8 @@ Invariants:
 - Publishing never waits: a subscriber whose queue is full (a stalled browser tab) is dropped
   and its stream ends; the browser reconnects and resyncs from the session log. A slow client
   can never slow a turn.
-- Text is sent as data, never as markup: escaping is the page's job (it only sets textContent).
+- Text is sent as data, never as markup: escaping is the page's job (text nodes, and
+  Luna's replies as sanitized Markdown).
 - Every stream ends when the hub closes (shutdown), so the HTTP server can stop.
 - A stream sends a comment every ``KEEPALIVE_S`` so proxies keep it open.
 """
@@ -66,7 +67,13 @@ def event_json(event: AgentEvent) -> dict[str, Any]:
         }
     if isinstance(event, TurnDone):
         usage = asdict(event.usage) if event.usage is not None else None
-        return {"type": "done", "reply": event.reply, "rounds": event.rounds, "usage": usage}
+        return {
+            "type": "done",
+            "reply": event.reply,
+            "rounds": event.rounds,
+            "usage": usage,
+            "finish_reason": event.finish_reason,
+        }
     if isinstance(event, TurnFailed):
         return {"type": "failed", "message": event.message}
     raise TypeError(f"not an agent event: {event!r}")

@@ -10,6 +10,8 @@ Invariants:
 - Input is checked here (types, ranges) before it reaches memory; memory's own errors
   (``MemoryStoreError``) become 400s with their one line.
 - Reads page through big tables (``limit`` at most ``browse.MAX_PAGE``).
+- Bodies, ids and query integers go through :mod:`luna.frontends.web.inputs`; a memory is at
+  most ``MAX_MEMORY_CHARS`` characters (413 beyond).
 """
 
 from __future__ import annotations
@@ -20,35 +22,28 @@ from aiohttp import web
 
 from luna import __version__
 from luna.errors import MemoryStoreError
-from luna.frontends.web.auth import AUTH, LOGIN, ApiError, error, json_body
+from luna.frontends.web.auth import AUTH
 from luna.frontends.web.events import sse_stream
+from luna.frontends.web.inputs import ApiError, error, json_body, path_id, query_int
 from luna.frontends.web.state import state
 from luna.frontends.web.turns import TurnRefusedError, new_session_id, valid_session_id
 from luna.memory import browse
 
-
-def _int(request: web.Request, name: str, default: int | None, low: int, high: int) -> int | None:
-    raw = request.query.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ApiError(400, f"{name} must be an integer") from None
-    return max(low, min(high, value))
+# A memory is one fact, recalled into prompts next to others: 4,000 characters (about 1,000
+# tokens) holds a long paragraph, and keeps a handful of recalled memories within a prompt.
+MAX_MEMORY_CHARS = 4000
 
 
 # ---- who am I ----------------------------------------------------------------------------
 
 
 async def me(request: web.Request) -> web.Response:
-    """``GET /api/me``: the CSRF token of this login (the page needs it), limits, version."""
+    """``GET /api/me``: how this request was let in, limits, version. Never the login's CSRF
+    token: only the ``POST /login`` answer carries it (see ``auth``)."""
     st = state(request)
-    login = request.get(LOGIN)
     return web.json_response(
         {
             "auth": request.get(AUTH),
-            "csrf": login.csrf if login is not None else None,
             "version": __version__,
             "approval_timeout": st.cfg.tools.approval_timeout,
         }
@@ -60,7 +55,7 @@ async def me(request: web.Request) -> web.Response:
 
 async def list_sessions(request: web.Request) -> web.Response:
     st = state(request)
-    limit = _int(request, "limit", 100, 1, browse.MAX_PAGE) or 100
+    limit = query_int(request, "limit", 100, 1, browse.MAX_PAGE) or 100
     return web.json_response({"sessions": await browse.list_sessions(st.memory, limit)})
 
 
@@ -79,8 +74,8 @@ def _session_id(request: web.Request) -> str:
 async def session_messages(request: web.Request) -> web.Response:
     """``GET /api/sessions/{id}/messages?before=ID&limit=N``: one page, oldest first."""
     st = state(request)
-    before = _int(request, "before", None, 0, 2**62)
-    limit = _int(request, "limit", 100, 1, browse.MAX_PAGE) or 100
+    before = query_int(request, "before", None, 0, 2**62)
+    limit = query_int(request, "limit", 100, 1, browse.MAX_PAGE) or 100
     page = await browse.history_page(st.memory, _session_id(request), before_id=before, limit=limit)
     return web.json_response(page)
 
@@ -141,22 +136,19 @@ async def memory_index(request: web.Request) -> web.Response:
     query = request.query.get("q", "").strip()
     scope = request.query.get("scope") or None
     if query:
-        k = _int(request, "k", 20, 1, 100)
+        k = query_int(request, "k", 20, 1, 100)
         items = await st.memory.recall(query, scope=scope or "owner", k=k)
         return web.json_response(
             {"query": query, "results": [browse.recall_json(i) for i in items]}
         )
-    limit = _int(request, "limit", 100, 1, browse.MAX_PAGE) or 100
+    limit = query_int(request, "limit", 100, 1, browse.MAX_PAGE) or 100
     rows = await st.memory.list_memories(scope=scope, limit=limit)
     return web.json_response({"memories": rows})
 
 
 async def memory_detail(request: web.Request) -> web.Response:
     """``GET /api/memory/{id}``: provenance and supersession of one memory."""
-    try:
-        memory_id = int(request.match_info["memory_id"])
-    except ValueError:
-        return error(400, "a memory id is an integer")
+    memory_id = path_id(request, "memory_id", "a memory")
     detail = await browse.memory_detail(state(request).memory, memory_id)
     if detail is None:
         return error(404, f"no memory #{memory_id}")
@@ -164,12 +156,19 @@ async def memory_detail(request: web.Request) -> web.Response:
 
 
 async def add_memory(request: web.Request) -> web.Response:
-    """``POST /api/memory`` ``{"text", "importance"?: 1-10, "scope"?}`` (as ``memory add``)."""
+    """``POST /api/memory`` ``{"text", "importance"?: 1-10, "scope"?}`` (as ``memory add``);
+    ``text`` is at most ``MAX_MEMORY_CHARS``."""
     body = await json_body(request)
     text, importance = body.get("text"), body.get("importance", 5)
     scope = body.get("scope", "owner")
     if not isinstance(text, str) or not text.strip():
         return error(400, "'text' must be a non-empty string")
+    if len(text) > MAX_MEMORY_CHARS:
+        return error(
+            413,
+            f"a memory is at most {MAX_MEMORY_CHARS:,} characters (this one: {len(text):,}); "
+            "keep one fact per memory",
+        )
     if isinstance(importance, bool) or not isinstance(importance, int) or not 1 <= importance <= 10:
         return error(400, "'importance' must be an integer 1-10")
     if not isinstance(scope, str) or not scope:
@@ -185,10 +184,7 @@ async def add_memory(request: web.Request) -> web.Response:
 
 async def forget_memory(request: web.Request) -> web.Response:
     """``DELETE /api/memory/{id}`` (as ``memory forget``)."""
-    try:
-        memory_id = int(request.match_info["memory_id"])
-    except ValueError:
-        return error(400, "a memory id is an integer")
+    memory_id = path_id(request, "memory_id", "a memory")
     if not await state(request).memory.forget(memory_id):
         return error(404, f"no memory #{memory_id}")
     return web.json_response({"forgotten": memory_id})

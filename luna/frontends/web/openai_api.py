@@ -6,11 +6,15 @@ a model named ``luna``. Sessions and the reconciliation of resent history follow
 what the history meant (``X-Luna-History``: continued, replayed or diverged).
 
 Invariants:
+- The body goes through :func:`luna.frontends.web.inputs.json_body` (depth, surrogates, UTF-8)
+  and ``stream``/``stream_options`` are type-checked: bad input is a 4xx, never a 500.
 - Errors have OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``; a turn that
   fails is HTTP 502 (or, once streaming, one ``data: {"error": …}`` event), never a fake reply.
 - Streaming follows the chat.completion.chunk format: a role chunk, content deltas (Luna's
   reasoning as ``reasoning_content`` deltas, as llama-server sends it), a finish chunk, a usage
   chunk when ``stream_options.include_usage`` asks, then ``[DONE]``.
+- ``finish_reason`` is ``length`` when the server cut the final reply at max_tokens (it said
+  so), else ``stop``, streaming or not.
 - Luna's tools run inside the turn (approvals on the page); the client sees only the reply.
   Client-side ``tools`` are not offered to the model and are ignored.
 - A dropped client does not cancel the turn (see :mod:`luna.frontends.web.turns`).
@@ -25,6 +29,7 @@ from typing import Any
 from aiohttp import web
 
 from luna.frontends.web.events import sse_bytes
+from luna.frontends.web.inputs import ApiError, json_body
 from luna.frontends.web.reconcile import (
     Reconciled,
     RequestError,
@@ -68,7 +73,15 @@ def _usage(done: dict[str, Any] | None) -> dict[str, int]:
     }
 
 
-def _completion(cid: str, reply: str, usage: dict[str, int]) -> dict[str, Any]:
+def _finish_reason(done: dict[str, Any]) -> str:
+    """OpenAI's finish_reason for a finished turn: ``length`` when the server cut the final
+    reply at max_tokens, else ``stop`` (Luna's own tool calls are not the client's)."""
+    return "length" if done.get("finish_reason") == "length" else "stop"
+
+
+def _completion(
+    cid: str, reply: str, usage: dict[str, int], finish: str = "stop"
+) -> dict[str, Any]:
     return {
         "id": cid,
         "object": "chat.completion",
@@ -78,7 +91,7 @@ def _completion(cid: str, reply: str, usage: dict[str, int]) -> dict[str, Any]:
             {
                 "index": 0,
                 "message": {"role": "assistant", "content": reply},
-                "finish_reason": "stop",
+                "finish_reason": finish,
             }
         ],
         "usage": usage,
@@ -99,11 +112,16 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     """``POST /v1/chat/completions``, streaming or not."""
     st = state(request)
     try:
-        body = await request.json()
-    except ValueError:
-        return openai_error(400, "the request body is not valid JSON")
-    if not isinstance(body, dict):
-        return openai_error(400, "the request body must be a JSON object")
+        body = await json_body(request)
+    except ApiError as e:
+        return openai_error(e.status, str(e))
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        return openai_error(
+            400, "'stream_options' must be an object, e.g. {\"include_usage\": true}"
+        )
+    if not isinstance(body.get("stream", False), bool | None):
+        return openai_error(400, "'stream' must be true or false")
     session = session_for(request.headers.get(SESSION_HEADER), body.get("user"))
     if not valid_session_id(session):
         return openai_error(400, f"invalid session name {session[:40]!r}")
@@ -118,7 +136,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     )
     headers = {SESSION_HEADER: session, HISTORY_HEADER: decision.outcome}
     is_stream = bool(body.get("stream"))
-    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    include_usage = bool((options or {}).get("include_usage"))
     cid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
     if decision.outcome == "replayed":
         return await _replay(request, decision, cid, headers, is_stream, include_usage)
@@ -137,7 +155,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             resp = openai_error(502, message, "luna_turn_failed")
             resp.headers.update(headers)
             return resp
-        return web.json_response(_completion(cid, final["reply"], _usage(final)), headers=headers)
+        answer = _completion(cid, final["reply"], _usage(final), _finish_reason(final))
+        return web.json_response(answer, headers=headers)
     resp = _stream_response(headers)
     await resp.prepare(request)
     try:
@@ -153,7 +172,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                 await resp.write(sse_bytes({"error": err}))
                 break
             elif kind == "done":
-                await _finish(resp, cid, _usage(event), include_usage)
+                await _finish(resp, cid, _usage(event), include_usage, _finish_reason(event))
                 break
         await resp.write_eof()
     except ConnectionError:
@@ -168,9 +187,13 @@ def _stream_response(headers: dict[str, str]) -> web.StreamResponse:
 
 
 async def _finish(
-    resp: web.StreamResponse, cid: str, usage: dict[str, int], include_usage: bool
+    resp: web.StreamResponse,
+    cid: str,
+    usage: dict[str, int],
+    include_usage: bool,
+    finish: str = "stop",
 ) -> None:
-    await resp.write(sse_bytes(_chunk(cid, {}, "stop")))
+    await resp.write(sse_bytes(_chunk(cid, {}, finish)))
     if include_usage:
         last = {**_chunk(cid, {}), "choices": [], "usage": usage}
         await resp.write(sse_bytes(last))

@@ -22,8 +22,8 @@ from typing import Any
 from aiohttp import web
 
 from luna.errors import ScheduleError
-from luna.frontends.web.auth import ApiError, error, json_body
 from luna.frontends.web.events import EventHub
+from luna.frontends.web.inputs import ApiError, error, json_body, path_id
 from luna.frontends.web.state import state
 from luna.frontends.web.turns import valid_session_id
 from luna.scheduler.api import task_json
@@ -45,10 +45,7 @@ def _owner(session_id: str | None = None) -> Requester:
 
 
 def _task_id(request: web.Request) -> int:
-    try:
-        return int(request.match_info["task_id"])
-    except ValueError:
-        raise ApiError(400, "a task id is an integer") from None
+    return path_id(request, "task_id", "a task")
 
 
 async def list_tasks(request: web.Request) -> web.Response:

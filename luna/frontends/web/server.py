@@ -8,11 +8,15 @@ natively. The page is plain static files: no build step.
 
 Invariants:
 - ``check(cfg)`` refuses to start without a usable ``LUNA_WEB_TOKEN`` and says how to set one.
-- It listens on ``web.host`` (127.0.0.1 unless configured) and prints one line with its URL.
+- It listens on ``web.host`` (127.0.0.1 unless configured) and prints one line with its URL,
+  and one warning when that is reachable beyond this machine without TLS in front (the rule
+  ``luna doctor`` applies, ``luna.doctor.web.exposure``).
 - ``run(stop)``: once ``stop`` is set it takes no new turns, denies pending approvals, lets
   running turns finish within ``agent.shutdown_grace`` (the agent's drain), ends the event
   streams, then closes the listener.
 - A port it cannot bind stops Luna with one line (LunaError), not a traceback.
+- A connection that has not sent a whole request head within ``web.header_timeout`` seconds
+  (of opening, or of its last answer) is closed.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Any
 from aiohttp import web
 
 from luna.config import Config
+from luna.doctor.web import exposure
 from luna.errors import ConfigError, LunaError
 from luna.frontends.web import admin_api, luna_api, openai_api, schedules_api
 from luna.frontends.web.approvals import ApprovalBroker
@@ -42,6 +47,7 @@ from luna.frontends.web.auth import (
 from luna.frontends.web.events import EventHub
 from luna.frontends.web.state import STATE, WebState
 from luna.frontends.web.turns import TurnRunner
+from luna.observe import log_event
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +105,7 @@ class WebFrontend:
             agent=parts.agent,
             memory=parts.memory,
             registry=parts.registry,
-            guard=Guard(cfg.web.token),
+            guard=Guard(cfg.web.token, cfg.web.trusted_proxies),
             hub=hub,
             broker=broker,
             runner=runner,
@@ -110,8 +116,14 @@ class WebFrontend:
 
     async def start(self) -> str:
         """Listen; returns the URL (with the real port when ``web.port`` is 0)."""
+        # aiohttp's keep-alive timer starts when a connection opens and again when an answer
+        # ends, and closes the connection if no complete request head has arrived by then:
+        # set to web.header_timeout it is the header timeout (it never cuts a running answer).
         self._runner = web.AppRunner(
-            build_app(self.state), access_log=None, shutdown_timeout=CLOSE_TIMEOUT_S
+            build_app(self.state),
+            access_log=None,
+            shutdown_timeout=CLOSE_TIMEOUT_S,
+            keepalive_timeout=self.cfg.web.header_timeout,
         )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.cfg.web.host, self.cfg.web.port)
@@ -133,6 +145,15 @@ class WebFrontend:
             print(
                 f"web: Luna's page and API at {self.url}/ (token: $LUNA_WEB_TOKEN)", file=sys.stderr
             )
+        problem = exposure(self.cfg.web)
+        if problem is not None:
+            log_event("web_exposed", host=self.cfg.web.host, port=port)
+            if self.announce:
+                print(
+                    f'web: warning: {problem}; keep web.host = "127.0.0.1" behind a TLS '
+                    "reverse proxy (README: On the LAN)",
+                    file=sys.stderr,
+                )
         return self.url
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -32,7 +32,7 @@ from luna.messages import InboundMessage
 
 log = logging.getLogger(__name__)
 
-SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
+SESSION_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")  # fullmatch only
 MAX_MESSAGE_CHARS = 200_000
 CANCELLED = "That reply was cancelled (Luna is shutting down); send it again in a moment."
 
@@ -51,7 +51,7 @@ def new_session_id() -> str:
 
 
 def valid_session_id(session_id: str) -> bool:
-    return bool(SESSION_ID_RE.match(session_id))
+    return SESSION_ID_RE.fullmatch(session_id) is not None
 
 
 @dataclass

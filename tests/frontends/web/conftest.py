@@ -101,6 +101,9 @@ async def web_luna(luna_config: Callable[..., Config]) -> AsyncIterator[Callable
         memory = Memory(cfg.memory)
         key = (cfg.memory.embedding_model, cfg.memory.embedding_dim)
         memory.embedder = _EMBEDDERS.setdefault(key, memory.embedder)
+        # The first load of a process exports the model to ONNX (half a minute on a busy
+        # machine): done here, outside the time limits a test sets for its own requests.
+        await asyncio.to_thread(memory.embedder.load)
         await memory.open(background=False)
         llm = LLMClient(cfg.llm)
         registry = web_registry(cfg)

@@ -24,6 +24,7 @@ import pytest
 
 from luna.config import build_config
 from luna.memory import Memory
+from luna.messages import BIDI_CONTROLS
 from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.frontends.web.browser import browser_page
 from tests.frontends.web.conftest import TOKEN, XSS
@@ -44,8 +45,20 @@ def luna_web(
 ) -> Iterator[LunaWebProcess]:
     folder = tmp_path_factory.mktemp("luna-web")
     proc = LunaWebProcess(folder, fake_llm.url, "[tools]\napproval_timeout = 60.0\n").start()
+    asyncio.run(_warm_up(proc))
     yield proc
     assert proc.stop() == 0, "".join(proc.stderr)
+
+
+async def _warm_up(proc: LunaWebProcess) -> None:
+    """One memory written and forgotten: the process's first embedding exports the model to
+    ONNX (half a minute on a busy machine), here rather than inside a page's wait."""
+    async with httpx.AsyncClient(
+        base_url=proc.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=300
+    ) as client:
+        made = await client.post("/api/memory", json={"text": "warm-up"})
+        assert made.status_code == 201, made.text
+        assert (await client.delete(f"/api/memory/{made.json()['id']}")).status_code == 200
 
 
 @pytest.fixture
@@ -320,6 +333,117 @@ async def test_xss_in_reply_tool_result_and_memory_shows_as_text(
     await shot(page, "11-xss-memory")
 
 
+MARKDOWN_REPLY = """## Plan
+
+Here is **bold**, *italic* and `inline <b>code</b>`.
+
+- one
+- two
+
+| a | b |
+|---|---|
+| 1 | 2 |
+
+```python
+print("<b>hi</b>")
+```
+
+[docs](https://example.com/docs) and www.example.org
+
+Hostile: [js](javascript:window.__pwned=3) [data](data:text/html;base64,PHNjcmlwdD4=)
+[ref][1] <javascript:window.__pwned=5> ![pic](http://127.0.0.1:9/x.png) [rel](/api/me)
+<a href="https://example.com" onclick="window.__pwned=6">raw link</a>
+
+<div onclick="window.__pwned=7">raw block</div>
+<script>window.__pwned=4</script>
+<img src=x onerror="window.__pwned=8"><svg onload="window.__pwned=9"></svg>
+<iframe src="https://example.com"></iframe><style>body{display:none}</style>
+
+[1]: javascript:window.__pwned=10
+"""
+FORBIDDEN = "script, img, svg, iframe, style, object, embed, form, input, link, meta, video"
+INSPECT = """sel => {
+  const box = document.querySelector(sel);
+  const all = [...document.querySelectorAll('#messages *')];
+  return {
+    tags: [...new Set([...box.querySelectorAll('*')].map(e => e.tagName.toLowerCase()))],
+    on: all.flatMap(e => [...e.attributes].map(a => a.name)).filter(n => n.startsWith('on')),
+    links: [...box.querySelectorAll('a')].map(a => [a.getAttribute('href'), a.rel, a.target]),
+    forbidden: document.querySelectorAll('#messages :is(FORBIDDEN)').length,
+    text: box.textContent,
+    pwned: window.__pwned ?? null,
+  };
+}""".replace("FORBIDDEN", FORBIDDEN)
+
+
+def _assert_safe_markdown(seen: dict[str, Any]) -> None:
+    assert {"h2", "strong", "em", "code", "ul", "li", "table", "td", "pre", "a"} <= set(
+        seen["tags"]
+    ), seen["tags"]
+    assert seen["on"] == [] and seen["forbidden"] == 0 and seen["pwned"] is None, seen
+    hrefs = [href for href, _rel, _target in seen["links"]]
+    # An image is not loaded: it becomes a link (http(s) only, like every link).
+    web = ["https://example.com/docs", "http://www.example.org", "http://127.0.0.1:9/x.png"]
+    assert hrefs == web, seen["links"]
+    for _href, rel, target in seen["links"]:
+        assert "noopener" in rel and "noreferrer" in rel and target == "_blank"
+    for raw in ('<div onclick="window.__pwned=7">', "<script>", "<img src=x", "raw link</a>"):
+        assert raw in seen["text"], raw  # raw HTML is shown as the text it is
+    assert "javascript:" not in " ".join(h or "" for h in hrefs)
+
+
+async def test_markdown_replies_render_safely_with_copy_buttons(
+    page: Any, luna_web: LunaWebProcess, fake_llm: FakeLLMServer
+) -> None:
+    await page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=luna_web.url)
+    await log_in(page, luna_web.url)
+    await new_session(page)
+    fake_llm.script(Reply(content=MARKDOWN_REPLY, chunk_size=40, chunk_delay=0.01))
+    await send(page, "**not bold** <i>me</i>")
+    await page.wait_for_selector("#messages .turn.finished")
+    reply = "#messages .msg.assistant:last-of-type .text"
+    _assert_safe_markdown(await page.evaluate(INSPECT, reply))
+    user = page.locator("#messages .msg.user").last
+    assert await user.locator("strong, i, em").count() == 0
+    assert await user.text_content() == "**not bold** <i>me</i>"
+    await shot(page, "15-markdown-reply")
+    copy = page.locator("#messages .code-block button.copy").last
+    await copy.click()
+    await page.wait_for_selector("#messages .code-block button.copy:has-text('Copied')")
+    assert await page.evaluate("navigator.clipboard.readText()") == 'print("<b>hi</b>")'
+    await page.reload()  # the history renders the same way
+    await page.wait_for_selector("#messages .msg.assistant table")
+    _assert_safe_markdown(await page.evaluate(INSPECT, "#messages .msg.assistant .text"))
+
+
+async def test_bidirectional_controls_show_as_visible_marks(
+    page: Any, luna_web: LunaWebProcess, fake_llm: FakeLLMServer
+) -> None:
+    (luna_web.workspace / "bidi.txt").write_text("report\u202etxt.exe")
+    await log_in(page, luna_web.url)
+    await new_session(page)
+    fake_llm.script(
+        Reply(tool_calls=[{"name": "read_file", "arguments": {"path": "bidi.txt"}}]),
+        Reply(content="Open invoice\u202egnp.exe, not \u2067this\u2069."),
+    )
+    await send(page, "read bidi.txt")
+    await page.wait_for_selector("#messages .turn.finished")
+    marks = page.locator("#messages .msg.assistant .bidi")
+    assert await marks.all_text_contents() == ["U+202E", "U+2067", "U+2069"]
+    tool = page.locator("#messages details.tool", has_text="read_file")
+    await tool.locator("summary").click()
+    assert await tool.locator(".tool-result .bidi").all_text_contents() == ["U+202E"]
+    async with api(luna_web) as client:
+        await client.post("/api/memory", json={"text": "pay to \u202e1234 5678"})
+    await page.click("#tabs button[data-view=memory]")
+    await page.click("#memory-list-all")
+    await page.wait_for_selector("#memory-results .bidi")
+    shown = await page.evaluate("document.querySelector('#app').textContent")
+    raw = [f"U+{ord(c):04X}" for c in shown if ord(c) in BIDI_CONTROLS]
+    assert raw == [], raw
+    await shot(page, "16-bidi-visible")
+
+
 def _fill(luna_web: LunaWebProcess, session: str, n: int) -> None:
     from luna.memory import session_log
     from luna.memory.store import Store
@@ -402,6 +526,86 @@ async def test_a_cross_site_page_cannot_act_with_the_token_or_the_cookie(
     async with api(luna_web) as client:
         texts = [m["text"] for m in (await client.get("/api/memory")).json()["memories"]]
     assert not [t for t in texts if "planted" in t], texts
+
+
+class _OtherPort(BaseHTTPRequestHandler):
+    """Another server on the same host name, on another port: it keeps the cookies the browser
+    sends it (cookies are not port-scoped) and its page tries Luna's API with them."""
+
+    target = ""
+    cookies: list[str] = []
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server API
+        self.cookies.append(self.headers.get("Cookie") or "")
+        t = self.target
+        body = f"""<!doctype html><html><body><script>
+(async () => {{
+  const out = [];
+  for (const path of ["/api/me", "/api/sessions"]) {{
+    try {{ const r = await fetch("{t}" + path, {{credentials: "include"}});
+           out.push(await r.text()); }} catch (e) {{ out.push("blocked"); }}
+  }}
+  for (const mode of ["no-cors", "cors"]) {{
+    const body = '{{"text": "planted-' + mode + '"}}';
+    try {{ await fetch("{t}/api/memory", {{method: "POST", credentials: "include", mode,
+             headers: {{"Content-Type": "text/plain"}}, body}}); }} catch (e) {{}}
+  }}
+  window.__stolen = [localStorage.getItem("luna.csrf"), out];
+  document.title = "done";
+}})();
+</script></body></html>""".encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+async def test_a_page_on_another_port_gets_nothing_from_the_cookie_it_receives(
+    page: Any, luna_web: LunaWebProcess
+) -> None:
+    """Issue 23's attack in the browser: chromium hands Luna's cookie to a server on another
+    port of the same host; neither that server's page nor a script replaying the cookie can
+    read or change anything."""
+    async with api(luna_web) as owner:
+        task = (await owner.post("/api/schedules", json={"text": "stay", "after": "2h"})).json()
+    await log_in(page, luna_web.url)
+    handler = type("Other", (_OtherPort,), {"target": luna_web.url, "cookies": []})
+    other = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        await page.goto(f"http://127.0.0.1:{other.server_address[1]}/")
+        await page.wait_for_function("document.title === 'done'")
+        csrf_seen, answers = await page.evaluate("window.__stolen")
+        page.errors.clear()  # the other page's failed fetches are its errors, not Luna's
+    finally:
+        other.shutdown()
+        other.server_close()
+    stolen = next(c for c in handler.cookies if "luna_login=" in c)  # it did get the cookie
+    got_through = 0
+    thief = httpx.AsyncClient(base_url=luna_web.url, headers={"Cookie": stolen}, timeout=120)
+    async with thief:
+        me = await thief.get("/api/me")
+        csrf = me.json().get("csrf") if me.status_code == 200 else None
+        headers = {"X-CSRF-Token": csrf} if csrf else {}
+        for method, path, body in (
+            ("GET", "/api/sessions", None),
+            ("GET", "/api/memory", None),
+            ("POST", "/api/memory", {"text": "planted-by-script"}),
+            ("POST", f"/api/schedules/{task['id']}/cancel", None),
+        ):
+            resp = await thief.request(method, path, json=body, headers=headers)
+            got_through += resp.status_code < 400
+    print(f"\nstolen cookie replayed: csrf handed out {csrf is not None}, {got_through}/4 got in")
+    assert csrf_seen is None and all(a == "blocked" for a in answers), answers
+    assert me.status_code >= 400 and got_through == 0
+    async with api(luna_web) as owner:
+        texts = [m["text"] for m in (await owner.get("/api/memory")).json()["memories"]]
+        assert not [t for t in texts if "planted" in t], texts
+        assert (await owner.get(f"/api/schedules/{task['id']}")).json()["state"] == "active"
 
 
 async def test_schedule_a_reminder_run_it_now_and_see_it_in_the_chat(

@@ -185,3 +185,30 @@ async def test_bad_requests_get_openai_shaped_errors(web_luna: Callable[..., Any
     with pytest.raises(openai.AuthenticationError):
         wrong = AsyncOpenAI(api_key="wrong-token-xxxxxxxxxxxx", base_url=f"{luna.url}/v1")
         await wrong.models.list()
+
+
+async def test_a_reply_cut_at_max_tokens_finishes_with_length(
+    web_luna: Callable[..., Any], llm_server: FakeLLMServer
+) -> None:
+    """The server said ``finish_reason: "length"``: so does Luna, streaming or not."""
+    luna = await web_luna()
+    llm_server.script(
+        Reply(content="The first half of a long", finish_reason="length"),
+        Reply(content="And another cut", finish_reason="length", chunk_size=4),
+        Reply(content="A whole answer."),
+    )
+    client = sdk(luna, **{"X-Luna-Session": "api:cut"})
+    done = await client.chat.completions.create(
+        model="luna", messages=[{"role": "user", "content": "tell me everything"}]
+    )
+    assert done.choices[0].message.content == "The first half of a long"
+    assert done.choices[0].finish_reason == "length"
+    stream = await client.chat.completions.create(
+        model="luna", messages=[{"role": "user", "content": "again"}], stream=True
+    )
+    finishes = [c.choices[0].finish_reason async for c in stream if c.choices]
+    assert [f for f in finishes if f] == ["length"]
+    whole = await client.chat.completions.create(
+        model="luna", messages=[{"role": "user", "content": "briefly"}]
+    )
+    assert whole.choices[0].finish_reason == "stop"

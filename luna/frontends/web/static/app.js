@@ -1,7 +1,7 @@
 // The page's entry point: log in (the token goes to /login once and becomes an HttpOnly
 // cookie), switch views, and hold the one event stream every view listens to.
 
-import { api, ApiError, login, setCsrf } from "./api.js";
+import { api, ApiError, forgetLogin, hasLogin, login, streamEvents } from "./api.js";
 import * as approvals from "./approvals.js";
 import * as chat from "./chat.js";
 import { $ } from "./dom.js";
@@ -10,41 +10,53 @@ import * as schedules from "./schedules.js";
 import * as settings from "./settings.js";
 import * as usage from "./usage.js";
 
-let stream = null;
+let stream = null; // AbortController of the open event stream
 let started = false;
 
+function isLoggedOut(err) {
+  return err instanceof ApiError && (err.status === 401 || err.status === 403);
+}
+
 function showLogin(message = "") {
+  if (stream) stream.abort();
+  stream = null;
+  forgetLogin();
   $("#app").hidden = true;
   $("#login").hidden = false;
   $("#login-error").textContent = message;
   $("#login-token").focus();
-  if (stream) stream.close();
 }
 
-function connect() {
-  if (stream) stream.close();
-  stream = new EventSource("/api/events");
-  stream.onopen = () => {
-    $("#connection").textContent = "live";
-    $("#connection").className = "live";
-  };
-  stream.onmessage = (message) => {
-    const event = JSON.parse(message.data);
-    approvals.onEvent(event);
-    chat.onEvent(event);
-  };
-  stream.onerror = async () => {
-    $("#connection").textContent = "reconnecting…";
-    $("#connection").className = "muted";
-    if (stream.readyState === EventSource.CLOSED) {
-      try {
-        await api("/api/me");
-        setTimeout(connect, 2000);
-      } catch (err) {
-        if (err instanceof ApiError && err.status === 401) showLogin("Logged out.");
-      }
+function live(isLive) {
+  $("#connection").textContent = isLive ? "live" : "reconnecting…";
+  $("#connection").className = isLive ? "live" : "muted";
+}
+
+async function connect() {
+  if (stream) stream.abort();
+  const mine = new AbortController();
+  stream = mine;
+  try {
+    await streamEvents(
+      (event) => {
+        approvals.onEvent(event);
+        chat.onEvent(event);
+      },
+      () => live(true),
+      mine.signal,
+    );
+  } catch (err) {
+    if (mine.signal.aborted) return;
+    if (isLoggedOut(err)) {
+      showLogin("Logged out.");
+      return;
     }
-  };
+  }
+  if (mine.signal.aborted) return;
+  live(false);
+  setTimeout(() => {
+    if (stream === mine) connect();
+  }, 2000);
 }
 
 const views = {
@@ -74,8 +86,11 @@ async function start() {
       button.addEventListener("click", () => showView(button.dataset.view));
     }
     $("#logout").addEventListener("click", async () => {
-      await api("/api/logout", { method: "POST" });
-      showLogin("Logged out.");
+      try {
+        await api("/api/logout", { method: "POST" });
+      } finally {
+        showLogin("Logged out.");
+      }
     });
     approvals.init();
     memory.init();
@@ -100,12 +115,15 @@ async function boot() {
       $("#login-error").textContent = err.status === 401 ? "Wrong token." : err.message;
     }
   });
+  if (!hasLogin()) {
+    showLogin();
+    return;
+  }
   try {
-    const me = await api("/api/me");
-    setCsrf(me.csrf);
+    await api("/api/me");
     await start();
   } catch (err) {
-    if (err instanceof ApiError && err.status === 401) showLogin();
+    if (isLoggedOut(err)) showLogin();
     else showLogin(`Luna did not answer: ${err.message}`);
   }
 }

@@ -5,7 +5,8 @@
 
 import { api } from "./api.js";
 import { approvalCard } from "./approvals.js";
-import { $, clear, el, short } from "./dom.js";
+import { $, clear, el, setText, short } from "./dom.js";
+import { renderMarkdown } from "./markdown.js";
 
 const PAGE = 100;
 let current = null; // session id
@@ -25,8 +26,28 @@ function keepBottom(wasNear) {
   if (wasNear) messages().scrollTop = messages().scrollHeight;
 }
 
+// A user's text is shown as typed; Luna's is Markdown, rendered safely (markdown.js).
 function bubble(role, text) {
+  if (role.startsWith("assistant")) return markdownBubble(`msg ${role}`, text);
   return el("div", { class: `msg ${role}` }, el("div", { class: "text" }, text));
+}
+
+function markdownBubble(classes, text) {
+  const box = el("div", { class: "text markdown" }, renderMarkdown(text));
+  return el("div", { class: classes }, box);
+}
+
+// A streamed reply: its raw text grows; it is re-rendered at most once a frame.
+function grow(segment, more) {
+  segment.raw = (segment.raw || "") + more;
+  if (segment.pending) return;
+  segment.pending = true;
+  requestAnimationFrame(() => render(segment));
+}
+
+function render(segment) {
+  segment.pending = false;
+  $(".text", segment).replaceChildren(renderMarkdown(segment.raw || ""));
 }
 
 function toolLine(name, args) {
@@ -53,7 +74,7 @@ function finishTool(line, isError, seconds, preview) {
   line.classList.add(isError ? "tool-error" : "tool-ok");
   $(".tool-status", line).textContent =
     (isError ? "error" : "ok") + (seconds === undefined ? "" : ` (${seconds.toFixed(1)}s)`);
-  $(".tool-result", line).textContent = preview;
+  setText($(".tool-result", line), preview);
 }
 
 // ---- history -------------------------------------------------------------------------
@@ -73,7 +94,7 @@ function renderMessages(list, container) {
       }
     } else if (m.role === "tool") {
       const line = tools.get(m.tool_call_id);
-      if (line) $(".tool-result", line).textContent = m.content;
+      if (line) setText($(".tool-result", line), m.content);
     }
   }
 }
@@ -186,7 +207,7 @@ export function onEvent(event) {
   if (event.type === "delivery") {
     if (event.session_id === current) {
       const wasNear = nearBottom();
-      messages().append(el("div", { class: "msg assistant delivery" }, el("div", { class: "text" }, event.text)));
+      messages().append(markdownBubble("msg assistant delivery", event.text));
       keepBottom(wasNear);
     }
     return;
@@ -213,14 +234,14 @@ export function onEvent(event) {
         turn.segment = bubble("assistant streaming", "");
         turn.box.insertBefore(turn.segment, turn.typing || null);
       }
-      $(".text", turn.segment).append(event.text);
+      grow(turn.segment, event.text);
       break;
     case "status":
       if (!turn.status) {
         turn.status = el("div", { class: "status muted" });
         turn.box.insertBefore(turn.status, turn.typing || null);
       }
-      turn.status.textContent = event.text;
+      setText(turn.status, event.text);
       break;
     case "tool_started": {
       turn.segment = null;
@@ -238,7 +259,10 @@ export function onEvent(event) {
     case "failed":
       if (turn.typing) turn.typing.remove();
       if (turn.status) turn.status.remove();
-      for (const seg of turn.box.querySelectorAll(".streaming")) seg.classList.remove("streaming");
+      for (const seg of turn.box.querySelectorAll(".streaming")) {
+        render(seg); // the last deltas, now rather than at the next frame
+        seg.classList.remove("streaming");
+      }
       if (event.type === "failed") turn.box.append(el("div", { class: "msg error" }, event.message));
       else if (!turn.box.querySelector(".assistant") && event.reply) {
         turn.box.append(bubble("assistant", event.reply));

@@ -1,0 +1,101 @@
+"""What a request may carry into Luna, checked once at the door: JSON bodies, ids, numbers.
+
+Job: :func:`json_body` (every handler that reads a body uses it), :func:`path_id` (every id
+in a path), :func:`query_int` (every integer in a query string); :class:`ApiError` is how
+they, and any handler, refuse a request.
+
+Invariants:
+- Nothing a client sends raises past these functions: a body that is not UTF-8 or not JSON,
+  nested deeper than ``MAX_JSON_DEPTH`` (``RecursionError`` included), holding a lone
+  surrogate anywhere (a string no UTF-8 store or embedding model can take), not an object,
+  or slower than ``BODY_TIMEOUT_S`` to arrive, is an ApiError with a 4xx and one line.
+- An id is 1-19 ASCII digits, from 1 to ``MAX_ID`` (SQLite's largest INTEGER): ``٣``,
+  ``1_0``, `` 5``, ``5\\n`` and ``2**63`` are refused here, never handed to SQLite.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from typing import Any
+
+from aiohttp import web
+
+MAX_JSON_DEPTH = 64
+MAX_ID = 2**63 - 1
+BODY_TIMEOUT_S = 60.0
+_ID = re.compile(r"[0-9]{1,19}")
+_INT = re.compile(r"-?[0-9]{1,19}")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+class ApiError(Exception):
+    """Raised for a bad request: answered as ``{"error": message}`` with ``status``."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+def _check(value: Any) -> None:
+    """Depth and surrogates, walked without recursion."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                raise ApiError(400, "the body holds a lone surrogate (\\ud800-\\udfff): not text")
+        elif isinstance(item, dict | list):
+            if depth > MAX_JSON_DEPTH:
+                raise ApiError(400, f"the JSON is nested deeper than {MAX_JSON_DEPTH} levels")
+            children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+
+
+async def json_body(request: web.Request) -> dict[str, Any]:
+    """The request's JSON object, checked (see the module invariants), or ApiError."""
+    try:
+        async with asyncio.timeout(BODY_TIMEOUT_S):
+            raw = await request.read()
+    except TimeoutError:
+        raise ApiError(408, f"the body took longer than {BODY_TIMEOUT_S:g} s to arrive") from None
+    except web.HTTPRequestEntityTooLarge:
+        raise ApiError(413, f"the body is larger than {request.client_max_size:,} bytes") from None
+    try:
+        body = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ApiError(400, "the body is not UTF-8") from None
+    except RecursionError:
+        raise ApiError(400, f"the JSON is nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError:
+        raise ApiError(400, "the body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "send a JSON object")
+    _check(body)
+    return body
+
+
+def path_id(request: web.Request, name: str, what: str) -> int:
+    """The id in the path's ``{name}``, or ApiError 400 naming ``what`` ("a memory")."""
+    raw = request.match_info[name]
+    value = int(raw) if _ID.fullmatch(raw) else 0
+    if not 1 <= value <= MAX_ID:
+        raise ApiError(400, f"{what} id is a whole number from 1 to {MAX_ID}")
+    return value
+
+
+def query_int(
+    request: web.Request, name: str, default: int | None, low: int, high: int
+) -> int | None:
+    """The query's integer ``name`` clamped to [low, high]; ``default`` when absent."""
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return default
+    if not _INT.fullmatch(raw):
+        raise ApiError(400, f"{name} must be an integer")
+    return max(low, min(high, int(raw)))
