@@ -38,6 +38,7 @@ from luna.config.secrets import discord_bot_id, discord_token_problem
 from luna.doctor.database import check_database
 from luna.doctor.llm import check_llm
 from luna.doctor.result import CheckResult, fail, in_thread, ok, skipped
+from luna.doctor.skills import check_skills
 from luna.doctor.web import check_web
 
 GROUP_TIMEOUTS = {
@@ -368,6 +369,7 @@ CHECKS: list[tuple[str, Check]] = [
     ("discord", check_discord),
     ("disk", check_disk),
     ("web", check_web),
+    ("skills", check_skills),
 ]
 
 

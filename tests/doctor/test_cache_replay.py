@@ -14,11 +14,14 @@ from typing import Any
 
 from luna import observe
 from luna.agent import Agent
+from luna.agent.prompt import skills_listed
 from luna.config import Config, build_config
 from luna.llm import LLMClient
 from luna.memory import Memory
 from luna.memory.request_log import RequestLog
 from luna.messages import InboundMessage
+from luna.skills import store
+from luna.skills.library import SkillLibrary
 from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.fakes.tools import echo_registry
 from tests.luna_process import data_env
@@ -166,3 +169,44 @@ async def test_doctor_cache_names_the_head_rebuilt_at_a_compaction(
     assert "head fixed at the first turn" in table and "1 tool, 0 skills\n" in table
     assert f"head rebuilt at a compaction (cut {cut})" in table
     assert "2 tools, 0 skills (tools: +later; skills: the same)" in table
+
+
+async def test_doctor_cache_names_a_skill_change_at_the_compaction(
+    tmp_path: Path, llm_server: FakeLLMServer
+) -> None:
+    cfg = config(tmp_path, llm_server.url, "keep")
+    memory = Memory(cfg.memory)
+    await memory.open(background=False)
+    llm = LLMClient(cfg.llm)
+    requests = RequestLog.beside(cfg.memory.db_path)
+    registry = echo_registry(cfg)
+    registry.services["skills"] = SkillLibrary(cfg)
+    agent = Agent(cfg, llm, memory, registry, requests=requests)
+
+    async def turn(text: str) -> None:
+        [e async for e in agent.run_turn(InboundMessage(session_id="s1", text=text))]
+
+    source = tmp_path / "src" / "tax-return"
+    source.mkdir(parents=True)
+    (source / "SKILL.md").write_text(
+        "---\nname: tax-return\ndescription: Files the tax return. Use in April.\n---\nSteps.\n"
+    )
+    try:
+        await turn("one")
+        store.add(cfg, source)  # installed while the session runs
+        await turn("two")  # the head is kept: the new skill waits for the compaction
+        cut = (await memory.session_messages("s1"))[-1].id
+        await memory.set_summary("s1", "They counted to two.", cut)
+        await turn("three")
+    finally:
+        requests.close()
+        await llm.close()
+        await memory.close()
+    sent = llm_server.requests
+    assert "tax-return" not in skills_listed(sent[1]["messages"][0]["content"])
+    assert "tax-return" in skills_listed(sent[2]["messages"][0]["content"])
+    rows = json.loads(luna(tmp_path, llm_server.url, "doctor", "cache", "s1", "--json").stdout)
+    assert [r["extends"] for r in rows] == [None, True, False]
+    assert "the skills index changed (+tax-return)" in rows[2]["note"]
+    table = luna(tmp_path, llm_server.url, "doctor", "cache", "s1").stdout
+    assert "(tools: the same; skills: +tax-return)" in table
