@@ -15,14 +15,12 @@ import argparse
 import asyncio
 import json
 import shutil
-from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 from luna.config import Config
 from luna.messages import neutralize
 from luna.skills import learned, store
-from luna.skills.folder import Problem, Skill, read_body, read_skill
+from luna.skills.folder import Skill, read_body, read_skill
 from luna.skills.library import Catalog, SkillLibrary
 
 
@@ -75,17 +73,12 @@ def _out(text: str) -> None:
 
 async def list_skills(args: argparse.Namespace, cfg: Config) -> int:
     catalog = await _catalog(cfg)
-    rows = [(s, True) for s in catalog.skills.values()] + [
-        (s, False) for s in catalog.disabled.values()
-    ]
-    rows.sort(key=lambda r: r[0].name)
     if args.json:
-        data = {
-            "skills": [_skill_json(s, on) for s, on in rows],
-            "left_out": [_problem_json(p) for p in catalog.left_out],
-        }
-        print(json.dumps(data, ensure_ascii=False, indent=1))
+        print(json.dumps(catalog.to_json(), ensure_ascii=False, indent=1))
         return 0
+    rows = [(s, True) for s in catalog.skills.values()]
+    rows += [(s, False) for s in catalog.disabled.values()]
+    rows.sort(key=lambda r: r[0].name)
     if not cfg.skills.enabled:
         _out("skills are off (skills.enabled = false)")
         return 0
@@ -179,22 +172,3 @@ async def revert_skill(args: argparse.Namespace, cfg: Config) -> int:
     _out(f"{skill.name} is back to version {skill.metadata.get('luna-reverted-to')}, kept as "
          f"version {skill.metadata.get('luna-version')}")  # fmt: skip
     return 0
-
-
-def _skill_json(skill: Skill, enabled: bool) -> dict[str, Any]:
-    data = asdict(skill)
-    data.update(folder=str(skill.folder), skill_md=str(skill.skill_md), enabled=enabled)
-    data["allowed_tools"] = list(skill.allowed_tools)
-    data["files"] = list(skill.files)
-    return data
-
-
-def _problem_json(problem: Problem) -> dict[str, Any]:
-    return {
-        "file": str(problem.file),
-        "source": problem.source,
-        "name": problem.name,
-        "problem": problem.what,
-        "fix": problem.fix,
-        "errors": list(problem.errors),
-    }

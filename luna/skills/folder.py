@@ -197,6 +197,13 @@ def read_body(skill: Skill) -> str:
     return parse_frontmatter(skill.skill_md.read_text(encoding="utf-8"))[1]
 
 
+def current_body(skill: Skill) -> str | Problem:
+    """The body of the skill as its folder is now (checked again: it may have been edited
+    into something invalid, or removed, since the scan that found it)."""
+    fresh = read_skill(skill.folder, skill.source)
+    return fresh if isinstance(fresh, Problem) else read_body(fresh)
+
+
 def _one_line(text: str, limit: int = 200) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"

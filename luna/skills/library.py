@@ -25,8 +25,9 @@ import asyncio
 import json
 import logging
 import threading
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from luna.config import Config
 from luna.skills.folder import Problem, Skill, read_skill
@@ -50,6 +51,35 @@ class Catalog:
     def index(self) -> list[dict[str, str]]:
         """Level 1 of progressive disclosure: name and description of each enabled skill."""
         return [{"name": s.name, "description": s.description} for s in self.skills.values()]
+
+    def to_json(self) -> dict[str, Any]:
+        """Every skill (enabled or not, by name) and what was left out: ``luna skills list
+        --json`` and the web page's ``GET /api/skills``."""
+        rows = [(s, True) for s in self.skills.values()]
+        rows += [(s, False) for s in self.disabled.values()]
+        rows.sort(key=lambda r: r[0].name)
+        return {
+            "skills": [skill_json(s, enabled=on) for s, on in rows],
+            "left_out": [problem_json(p) for p in self.left_out],
+        }
+
+
+def skill_json(skill: Skill, *, enabled: bool) -> dict[str, Any]:
+    data = asdict(skill)
+    data.update(folder=str(skill.folder), skill_md=str(skill.skill_md), enabled=enabled)
+    data.update(allowed_tools=list(skill.allowed_tools), files=list(skill.files))
+    return data
+
+
+def problem_json(problem: Problem) -> dict[str, Any]:
+    return {
+        "file": str(problem.file),
+        "source": problem.source,
+        "name": problem.name,
+        "problem": problem.what,
+        "fix": problem.fix,
+        "errors": list(problem.errors),
+    }
 
 
 def installed_dir(cfg: Config) -> Path:

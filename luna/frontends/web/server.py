@@ -33,7 +33,7 @@ from aiohttp import web
 from luna.config import Config
 from luna.doctor.web import exposure
 from luna.errors import ConfigError, LunaError
-from luna.frontends.web import admin_api, luna_api, openai_api, schedules_api
+from luna.frontends.web import admin_api, luna_api, openai_api, schedules_api, skills_api
 from luna.frontends.web.approvals import ApprovalBroker
 from luna.frontends.web.auth import (
     HOW_TO_SET,
@@ -81,6 +81,7 @@ def build_app(st: WebState) -> web.Application:
             *luna_api.routes(),
             *admin_api.routes(),
             *schedules_api.routes(),
+            *skills_api.routes(),
             web.static("/static", STATIC_DIR, show_index=False, follow_symlinks=False),
         ]
     )

@@ -27,7 +27,7 @@ from luna.config import Config
 from luna.errors import SkillError, ToolError, did_you_mean
 from luna.messages import ToolResult
 from luna.skills import learned
-from luna.skills.folder import Problem, Skill, check_relative, read_body, read_skill
+from luna.skills.folder import Problem, Skill, check_relative, current_body
 from luna.skills.library import SkillLibrary
 from luna.tools.registry import ToolContext, ToolRegistry
 
@@ -121,10 +121,10 @@ def _find(library: SkillLibrary, name: str) -> Skill:
 
 
 def _read_body(skill: Skill) -> str:
-    fresh = read_skill(skill.folder, skill.source)  # it may have changed, or gone, since
-    if isinstance(fresh, Problem):
-        raise ToolError(f"the skill {skill.name!r} cannot be read now: {fresh.what}")
-    return read_body(fresh)
+    body = current_body(skill)
+    if isinstance(body, Problem):
+        raise ToolError(f"the skill {skill.name!r} cannot be read now: {body.what}")
+    return body
 
 
 def _read_file(skill: Skill, raw: str) -> str:

@@ -627,3 +627,33 @@ async def test_schedule_a_reminder_run_it_now_and_see_it_in_the_chat(
     await page.click("#tabs button[data-view=chat]")
     await page.wait_for_selector("#messages .msg.delivery:has-text('stretch your legs')")
     await shot(page, "14-reminder-delivered")
+
+
+async def test_skills_are_listed_and_shown_with_their_body_as_safe_markdown(
+    page: Any, luna_web: LunaWebProcess
+) -> None:
+    folder = luna_web.folder / "data" / "skills" / "garden-care"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "SKILL.md").write_text(
+        "---\nname: garden-care\ndescription: Waters the garden. Use when it is dry.\n"
+        f"---\n# Watering\n\n1. Check the soil.\n2. Water at dawn.\n\n{XSS}\n"
+    )
+    broken = luna_web.folder / "data" / "skills" / "broken"
+    broken.mkdir(exist_ok=True)
+    (broken / "SKILL.md").write_text("---\nname: other\n---\n")
+    await log_in(page, luna_web.url)
+    await page.click("#tabs button[data-view=skills]")
+    row = page.locator("#skill-list tr", has_text="garden-care")
+    await row.wait_for()
+    assert "installed" in await row.text_content()
+    assert await page.locator("#skill-list tr", has_text="writing-skills").count() == 1
+    await page.wait_for_selector("#skill-left-out:has-text('must match skill name')")
+    await row.click()
+    await page.wait_for_selector("#skill-detail h1:has-text('Watering')")  # Markdown
+    assert await page.locator("#skill-detail li").count() == 2
+    assert await page.evaluate("window.__pwned === undefined")
+    assert XSS in await page.text_content("#skill-detail")  # raw HTML shown as text
+    await shot(page, "15-skills")
+    async with api(luna_web) as client:
+        missing = await client.get("/api/skills/no-such-skill")
+        assert missing.status_code == 404 and "no skill" in missing.json()["error"]

@@ -8,6 +8,7 @@ import { $ } from "./dom.js";
 import * as memory from "./memory.js";
 import * as schedules from "./schedules.js";
 import * as settings from "./settings.js";
+import * as skills from "./skills.js";
 import * as usage from "./usage.js";
 
 let stream = null; // AbortController of the open event stream
@@ -64,6 +65,7 @@ const views = {
   memory: () => memory.show(),
   approvals: () => {},
   schedules: () => schedules.load(),
+  skills: () => skills.load(),
   usage: () => usage.refresh(),
   settings: () => settings.load(),
 };
