@@ -93,6 +93,9 @@ async def build_components(
     mcp = MCPManager(cfg, registry)
     stack.push_async_callback(_with_deadline, mcp.stop, 30.0, "MCP servers")
     await mcp.start()
+    skills = registry.services.get("skills")
+    if skills is not None:  # parsed while the rest starts; a first head then reads no file
+        skills.start_warming()
 
     from luna.agent import Agent
     from luna.memory import Memory

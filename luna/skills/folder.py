@@ -27,6 +27,9 @@ from pathlib import Path, PurePosixPath
 
 from skills_ref.errors import ParseError
 from skills_ref.parser import find_skill_md, parse_frontmatter
+from skills_ref.validator import ALLOWED_FIELDS as FIELDS
+from skills_ref.validator import MAX_COMPATIBILITY_LENGTH as MAX_COMPATIBILITY
+from skills_ref.validator import MAX_DESCRIPTION_LENGTH as MAX_DESCRIPTION
 from skills_ref.validator import validate_metadata
 
 MAX_SKILL_MD_BYTES = 100_000
@@ -151,13 +154,20 @@ def _from_front_matter(
 
 def _fix(meta: dict, folder: Path) -> str:
     """How to fix the first kind of problem the oracle reports, from the fields themselves."""
-    name = meta.get("name")
+    name, description = meta.get("name"), meta.get("description")
+    extra = sorted(set(meta) - FIELDS)
+    if extra:
+        return f"remove {', '.join(extra)}: the format's fields are {', '.join(sorted(FIELDS))}"
     if not isinstance(name, str) or not name.strip():
         return "add `name: <folder name>` to the front matter"
     if name.strip() != folder.name:
         return f"rename the folder to {name.strip()!r} or set `name: {folder.name}`"
-    if not isinstance(meta.get("description"), str) or not str(meta["description"]).strip():
+    if not isinstance(description, str) or not description.strip():
         return "add `description:` saying what the skill does and when to use it"
+    if len(description) > MAX_DESCRIPTION:
+        return f"shorten the description to {MAX_DESCRIPTION:,} characters"
+    if len(str(meta.get("compatibility") or "")) > MAX_COMPATIBILITY:
+        return f"shorten compatibility to {MAX_COMPATIBILITY} characters"
     return f"names are 1-64 lowercase letters, digits and single hyphens; see {SPEC}"
 
 

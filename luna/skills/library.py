@@ -16,7 +16,8 @@ Invariants:
   scan of 100 unchanged skills reads no file; folders are listed each time, so a skill added,
   edited or removed is seen at the next scan (a session sees it at its next head).
 - Disabled names live in ``<data folder>/skills/state.json`` (``luna.skills.store`` writes it).
-- Blocking: ``scan`` lists folders and reads files; async callers use ``catalog()``.
+- Blocking: ``scan`` lists folders and reads files; async callers use ``catalog()``;
+  ``start_warming`` runs the first scan in the background at start.
 """
 
 from __future__ import annotations
@@ -117,6 +118,7 @@ class SkillLibrary:
         self.cfg = cfg
         self._parsed: dict[Path, tuple[tuple[int, ...], Skill | Problem]] = {}
         self._lock = threading.Lock()  # scans may run in two worker threads at once
+        self._warming: asyncio.Task[Catalog] | None = None  # held: the loop keeps weak refs
 
     def folders(self) -> list[tuple[str, Path]]:
         """(source, folder) of every candidate skill, in precedence order."""
@@ -160,6 +162,12 @@ class SkillLibrary:
 
     async def catalog(self) -> Catalog:
         return await asyncio.to_thread(self.scan)
+
+    def start_warming(self) -> asyncio.Task[Catalog]:
+        """Scan once in the background (at start), so the first session's head finds every
+        SKILL.md parsed already; a scan meanwhile waits for it and reads its results."""
+        self._warming = asyncio.create_task(self.catalog(), name="skills-warm")
+        return self._warming
 
     def _read(self, folder: Path, source: str) -> Skill | Problem:
         key = _stamp(folder)
