@@ -12,7 +12,7 @@ Measures, on real SQLite files in a temporary folder with the packaged MiniLM mo
    perturbation, so term statistics and vector geometry stay realistic without encoding 100k
    texts on a CPU for twenty minutes;
    then, on the large store, the same recalls with every full vector scanned instead of the
-   sketch (``luna.memory.vector_index``), and how much they agree: the sketch's vector
+   sketch (``luna.memory.storage.vector_index``), and how much they agree: the sketch's vector
    recall@100 against the exact scan, the share of the exact search's top 10 that the
    sketch's recall returns too, and the LoCoMo evidence recall@10 of each;
 4. peak RSS of the process.
@@ -43,8 +43,8 @@ from locomo import _EVIDENCE, DEFAULT_DATA, turns  # noqa: E402
 
 from luna.config import MemoryConfig  # noqa: E402
 from luna.memory import Memory  # noqa: E402
-from luna.memory.embed_worker import EmbeddingProcess  # noqa: E402
-from luna.memory.model_cache import cache_dir_for  # noqa: E402
+from luna.memory.embedding.embed_worker import EmbeddingProcess  # noqa: E402
+from luna.memory.embedding.model_cache import cache_dir_for  # noqa: E402
 
 BATCH = 256
 

@@ -32,7 +32,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from luna.config import build_config  # noqa: E402
-from luna.memory.store import Store  # noqa: E402
+from luna.memory.storage.store import Store  # noqa: E402
 from luna.scheduler.clock import ManualClock  # noqa: E402
 from luna.scheduler.delivery import DeliveryRouter  # noqa: E402
 from luna.scheduler.execute import TurnExecutor  # noqa: E402

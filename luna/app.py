@@ -99,10 +99,10 @@ async def build_components(
 
     from luna.agent import Agent
     from luna.memory import Memory
-    from luna.memory.backup import DailyBackups
-    from luna.memory.embed_worker import EmbeddingProcess
+    from luna.memory.embedding.embed_worker import EmbeddingProcess
     from luna.memory.librarian import Librarian
-    from luna.memory.request_log import RequestLog
+    from luna.memory.storage.backup import DailyBackups
+    from luna.memory.storage.request_log import RequestLog
 
     memory = Memory(cfg.memory)
     stack.push_async_callback(asyncio.to_thread, EmbeddingProcess.shutdown_all)  # bounded

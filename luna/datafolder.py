@@ -26,7 +26,7 @@ from luna.errors import DataFolderInUseError
 
 LOCK_NAME = "luna.lock"
 BACKUPS = "backups"
-HELD_NAME = "held_messages.jsonl"  # luna.memory.held keeps messages the database refused
+HELD_NAME = "held_messages.jsonl"  # luna.memory.storage.held keeps messages the database refused
 
 
 def backups_dir(db_path: Path) -> Path:

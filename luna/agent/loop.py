@@ -51,7 +51,7 @@ from luna.errors import DatabaseBusyError, DatabaseCorruptError, LLMError, LunaE
 from luna.llm.client import RequestRecorder
 from luna.llm.stream import Progress
 from luna.memory import format_recall
-from luna.memory.request_log import RequestLog
+from luna.memory.storage.request_log import RequestLog
 from luna.messages import (
     AgentEvent,
     InboundMessage,

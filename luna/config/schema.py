@@ -130,9 +130,9 @@ class MemoryConfig(Section):
     fact_importance_threshold: Annotated[int, Field(ge=1, le=10)] = 3
     dedup_similarity: Annotated[float, Field(ge=0, le=1)] = 0.9
     # Seconds a write waits for another program holding the database's write lock (then the
-    # message is held in a file and written when the lock frees; luna.memory.held).
+    # message is held in a file and written when the lock frees; luna.memory.storage.held).
     lock_wait: Annotated[float, Field(ge=0, le=3600)] = 20.0
-    # Daily backups kept in <data>/backups (0: no automatic backups; luna.memory.backup).
+    # Daily backups kept in <data>/backups (0: no automatic backups; luna.memory.storage.backup).
     backups_keep: Annotated[int, Field(ge=0, le=1000)] = 7
 
 

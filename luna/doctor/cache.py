@@ -26,8 +26,8 @@ from typing import Any
 from luna.agent.fit import LEFT_OUT_NOTE
 from luna.agent.prompt import SUMMARY_HEADER, skills_listed
 from luna.config import Config
-from luna.memory.heads import read_history
-from luna.memory.request_log import LoggedRequest, RequestLog
+from luna.memory.storage.heads import read_history
+from luna.memory.storage.request_log import LoggedRequest, RequestLog
 
 SLACK_TOKENS = 8  # a few tokens are always re-evaluated (the last token, checkpoints)
 

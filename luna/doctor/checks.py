@@ -76,8 +76,8 @@ async def check_config(cfg: Config) -> list[CheckResult]:
 
 def _encode_probe(cfg: Config) -> tuple[str, bool]:
     """(what loaded, whether it is the configured backend): the way Luna's worker loads it."""
-    from luna.memory.embeddings import Embedder
-    from luna.memory.model_cache import cache_dir_for
+    from luna.memory.embedding.embeddings import Embedder
+    from luna.memory.embedding.model_cache import cache_dir_for
 
     m = cfg.memory
     cache = cache_dir_for(m.db_path)
@@ -152,7 +152,7 @@ async def check_embeddings(cfg: Config) -> list[CheckResult]:
 
 
 async def check_sqlite(cfg: Config) -> list[CheckResult]:
-    from luna.memory.db import check_features
+    from luna.memory.storage.db import check_features
 
     f = await in_thread(check_features)
     out = []
@@ -181,8 +181,8 @@ async def check_sqlite(cfg: Config) -> list[CheckResult]:
 
 
 def _schema_state(cfg: Config) -> CheckResult:
-    from luna.memory import db
-    from luna.memory.store import MIGRATIONS
+    from luna.memory.storage import db
+    from luna.memory.storage.store import MIGRATIONS
 
     path = cfg.memory.db_path
     known = [name for name, _ in MIGRATIONS]

@@ -17,7 +17,7 @@ from pathlib import Path
 from luna import datafolder
 from luna.config import Config
 from luna.doctor.result import CheckResult, fail, in_thread, ok
-from luna.memory import db
+from luna.memory.storage import db
 
 BACKUP_WARN_DAYS = 2.0
 

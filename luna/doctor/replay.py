@@ -1,8 +1,8 @@
 """``luna replay SESSION [--turn N | --step K] [--send]``: any past request, exactly as sent.
 
 The request log keeps every request's body (content-addressed, see
-``luna.memory.request_log``), so a past step is rebuilt byte for byte: printed, or sent again
-to the configured server to compare its answer with the one recorded. ``--list`` shows the
+``luna.memory.storage.request_log``), so a past step is rebuilt byte for byte: printed, or sent
+again to the configured server to compare its answer with the one recorded. ``--list`` shows the
 sessions and their steps.
 
 Invariants: read-only on Luna's data; ``--send`` sends one non-streaming request and prints
@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 
 from luna.config import Config
-from luna.memory.request_log import LoggedRequest, RequestLog
+from luna.memory.storage.request_log import LoggedRequest, RequestLog
 
 SEND_TIMEOUT = 600.0
 

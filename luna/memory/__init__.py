@@ -7,8 +7,8 @@ Invariants:
 - No SQLite or embedding work runs on the event loop: every blocking call goes through
   ``asyncio.to_thread`` or the embedding process.
 - ``append_message`` returns once the message is committed (which commits survive ``kill -9``
-  and which also survive power loss: :mod:`luna.memory.session_log`); its vector follows from a
-  tracked background indexer (FTS finds the message at once). Docs left without
+  and which also survive power loss: :mod:`luna.memory.storage.session_log`); its vector follows
+  from a tracked background indexer (FTS finds the message at once). Docs left without
   a vector (crash, FTS-only period) are embedded on the next open.
 - ``open()`` (with ``background``, as the running app does) starts loading the embedding model
   in the background and returns. No turn waits for it: until it is ready, :meth:`recall` runs
@@ -20,10 +20,10 @@ Invariants:
   warning at start-up, in ``vector_enabled``/``vector_error`` and by ``luna doctor``; it is
   never silent.
 - Every write waits for another program's write lock with bounded backoff, and a message that
-  still cannot be written is held, never lost (:mod:`luna.memory.writes`).
+  still cannot be written is held, never lost (:mod:`luna.memory.storage.writes`).
 - ``open`` refuses a missing or empty database where the data folder shows one existed, unless
   ``fresh``, and with ``check`` a file that fails ``PRAGMA quick_check``
-  (:mod:`luna.memory.health`): never a silent fresh start, never a write to a damaged file.
+  (:mod:`luna.memory.storage.health`): never a silent fresh start, never a write to a damaged file.
 """
 
 from __future__ import annotations
@@ -37,16 +37,16 @@ from typing import Any
 from luna import datafolder
 from luna.config import MemoryConfig
 from luna.errors import DatabaseBusyError, DatabaseCorruptError, MemoryStoreError
-from luna.memory import facts, heads, health, session_log
-from luna.memory.embed_worker import EmbeddingProcess
-from luna.memory.embeddings import Embedder, LoadInfo
-from luna.memory.encoder import Encoder
-from luna.memory.held import HeldMessages
-from luna.memory.indexer import FLUSH_BATCH, Indexer, index_batch
-from luna.memory.recall import run_recall
-from luna.memory.search import RecallItem, format_recall
-from luna.memory.store import Store
-from luna.memory.writes import WriteGate
+from luna.memory.embedding.embed_worker import EmbeddingProcess
+from luna.memory.embedding.embeddings import Embedder, LoadInfo
+from luna.memory.embedding.encoder import Encoder
+from luna.memory.embedding.indexer import FLUSH_BATCH, Indexer, index_batch
+from luna.memory.recall.pipeline import run_recall
+from luna.memory.recall.search import RecallItem, format_recall
+from luna.memory.storage import facts, heads, health, session_log
+from luna.memory.storage.held import HeldMessages
+from luna.memory.storage.store import Store
+from luna.memory.storage.writes import WriteGate
 from luna.messages import LoggedMessage, Usage
 from luna.observe import Timer, log_event
 
@@ -236,8 +236,8 @@ class Memory:
     ) -> int:
         """Append one message and return its id; committed (it survives ``kill -9``) when this
         returns. How each kind of message is made to survive power loss, and when, is
-        :mod:`luna.memory.session_log`'s rule: a user's message before this returns, a turn's
-        final reply by a sync started here in the background."""
+        :mod:`luna.memory.storage.session_log`'s rule: a user's message before this returns, a
+        turn's final reply by a sync started here in the background."""
         message_id = await self.writes.append(
             self.store, session_id, message, context=context, usage=usage, scope=scope
         )

@@ -17,7 +17,7 @@ import asyncio
 import json
 from typing import Any
 
-from luna.memory.search import RecallItem
+from luna.memory.recall.search import RecallItem
 
 MAX_PAGE = 500
 TITLE_CHARS = 80

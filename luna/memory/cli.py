@@ -8,7 +8,7 @@ Invariants:
   surrogate, a date out of range) is reported with its line number and skipped, the rest
   imports. Lines are split on ``\n`` only: U+2028, U+0085 and friends are valid inside a JSON
   string, so ``splitlines`` would cut good lines apart.
-- ``search -k`` is clamped to :data:`~luna.memory.search.MAX_K` with a note; a ``--batch``
+- ``search -k`` is clamped to :data:`~luna.memory.recall.search.MAX_K` with a note; a ``--batch``
   file that is not UTF-8 text is one line, never a traceback.
 - Output for machines (``--json``) is one JSON object per line.
 - Beside a running Luna (``luna.datafolder``): reading commands and ``add``/``import``/
@@ -32,7 +32,7 @@ from luna.config import Config
 from luna.errors import LunaError
 from luna.memory import Memory, normalize_timestamp
 from luna.memory.browse import recall_json
-from luna.memory.search import MAX_K
+from luna.memory.recall.search import MAX_K
 from luna.messages import clean_text
 
 IMPORT_BATCH = 256

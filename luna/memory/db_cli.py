@@ -1,7 +1,7 @@
 """``luna backup``, ``luna restore`` and ``luna db recover``: the ways back for the database.
 
 Invariants:
-- ``backup`` works while Luna runs (SQLite's online backup API: :mod:`luna.memory.backup`);
+- ``backup`` works while Luna runs (SQLite's online backup API: :mod:`luna.memory.storage.backup`);
   it never takes the data folder's lock.
 - ``restore`` refuses while a Luna runs on the folder, and holds the folder's lock for the
   swap so none can start halfway; it checks the file first (``integrity_check``, a Luna
@@ -23,7 +23,7 @@ from typing import Any
 from luna import datafolder
 from luna.config import Config
 from luna.errors import DataFolderInUseError, LunaError
-from luna.memory import backup
+from luna.memory.storage import backup
 
 
 def add_parser(subparsers: Any) -> None:
@@ -129,7 +129,7 @@ async def restore_cmd(args: argparse.Namespace, cfg: Config) -> int:
 
 
 async def recover_cmd(args: argparse.Namespace, cfg: Config) -> int:
-    from luna.memory.recover import recover
+    from luna.memory.storage.recover import recover
 
     source = args.source or cfg.memory.db_path
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%SZ")

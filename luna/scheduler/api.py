@@ -215,7 +215,7 @@ class Schedules:
 @contextlib.asynccontextmanager
 async def open_schedules(cfg: Config) -> AsyncIterator[Schedules]:
     """The API over its own connection to the database, for one command (the CLI)."""
-    from luna.memory.store import Store
+    from luna.memory.storage.store import Store
 
     store = await asyncio.to_thread(Store, cfg.memory.db_path, load_vec=False)
     try:

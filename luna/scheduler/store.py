@@ -1,6 +1,6 @@
 """The scheduler's tables (migration ``m006_scheduler``): tasks, their runs, deliveries.
 
-Job: blocking SQL over the memory database's :class:`~luna.memory.store.Store` (one
+Job: blocking SQL over the memory database's :class:`~luna.memory.storage.store.Store` (one
 connection, one lock); async callers go through ``asyncio.to_thread``.
 
 Invariants:
@@ -22,8 +22,8 @@ import datetime as dt
 from collections.abc import Iterator
 from typing import Any
 
-from luna.memory import db
-from luna.memory.store import Store
+from luna.memory.storage import db
+from luna.memory.storage.store import Store
 from luna.scheduler.model import (
     Delivery,
     NewDelivery,

@@ -18,7 +18,7 @@ from luna.agent.prompt import skills_listed
 from luna.config import Config, build_config
 from luna.llm import LLMClient
 from luna.memory import Memory
-from luna.memory.request_log import RequestLog
+from luna.memory.storage.request_log import RequestLog
 from luna.messages import InboundMessage
 from luna.skills import store
 from luna.skills.library import SkillLibrary

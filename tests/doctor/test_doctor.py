@@ -17,7 +17,7 @@ import pytest
 from luna.config import Config, load_config
 from luna.config.secrets import discord_token_problem
 from luna.doctor.checks import CheckResult, format_result, run_checks
-from luna.memory.store import MIGRATIONS, Store
+from luna.memory.storage.store import MIGRATIONS, Store
 from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.luna_process import REPO
 

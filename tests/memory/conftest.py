@@ -18,8 +18,8 @@ import pytest
 
 from luna.config import MemoryConfig
 from luna.memory import Memory
-from luna.memory import model_cache as cache
-from luna.memory.embeddings import Embedder
+from luna.memory.embedding import model_cache as cache
+from luna.memory.embedding.embeddings import Embedder
 
 MODEL = "all-MiniLM-L6-v2"
 

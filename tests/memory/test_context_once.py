@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from luna.memory import Memory
-from luna.memory.store import Store
+from luna.memory.storage.store import Store
 from tests.history import prompt_view
 
 

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from luna.errors import MemoryStoreError
-from luna.memory.embed_worker import EmbeddingProcess
-from luna.memory.embeddings import Embedder
+from luna.memory.embedding.embed_worker import EmbeddingProcess
+from luna.memory.embedding.embeddings import Embedder
 from tests.luna_process import REPO
 
 
@@ -57,7 +57,7 @@ async def test_embed_worker_matches_in_process_vectors_and_survives_a_crash(
 WORKER_SCRIPT = """
 import asyncio, sys
 from pathlib import Path
-from luna.memory.embed_worker import EmbeddingProcess
+from luna.memory.embedding.embed_worker import EmbeddingProcess
 
 async def main():
     worker = EmbeddingProcess("all-MiniLM-L6-v2", 384, cache_dir=Path(sys.argv[1]))
@@ -91,7 +91,7 @@ def test_embed_worker_dies_with_a_killed_parent(tmp_path: Path, model_cache: Pat
 
 DIES_WITH_PARENT = """
 import os, sys, time
-from luna.memory.embed_worker import die_with_parent
+from luna.memory.embedding.embed_worker import die_with_parent
 die_with_parent(int(sys.argv[1]))
 print(os.getpid(), flush=True)
 time.sleep(120)
@@ -142,7 +142,7 @@ def test_model_export_child_dies_the_moment_its_parent_does() -> None:
 def test_run_export_tells_the_exporter_whom_to_die_with(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from luna.memory import model_cache
+    from luna.memory.embedding import model_cache
 
     seen: dict[str, object] = {}
 
@@ -152,6 +152,10 @@ def test_run_export_tells_the_exporter_whom_to_die_with(
 
     monkeypatch.setattr(model_cache.subprocess, "run", fake_run)
     outcome = model_cache.run_export(tmp_path, "all-MiniLM-L6-v2", 384)
-    assert outcome.ok and seen["cmd"][:3] == [sys.executable, "-m", "luna.memory.onnx_export"]
+    assert outcome.ok and seen["cmd"][:3] == [
+        sys.executable,
+        "-m",
+        "luna.memory.embedding.onnx_export",
+    ]
     env = seen["env"]
     assert isinstance(env, dict) and env[model_cache.PARENT_ENV] == str(os.getpid())

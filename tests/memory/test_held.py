@@ -1,5 +1,5 @@
-"""Held messages (luna.memory.held) on a real SQLite file: written once and in order, also when
-a crash left the file behind after its commit, and a line that is not a held message never
+"""Held messages (luna.memory.storage.held) on a real SQLite file: written once and in order, also
+when a crash left the file behind after its commit, and a line that is not a held message never
 blocks the rest."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from luna.memory.held import HeldMessages
-from luna.memory.store import Store
+from luna.memory.storage.held import HeldMessages
+from luna.memory.storage.store import Store
 
 
 def open_store(tmp_path: Path) -> Store:

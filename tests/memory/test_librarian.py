@@ -10,7 +10,7 @@ import pytest
 from luna.config import Config
 from luna.llm import LLMClient
 from luna.memory import Memory
-from luna.memory.embeddings import Embedder
+from luna.memory.embedding.embeddings import Embedder
 from luna.memory.librarian import Librarian, compaction_boundary, parse_json_object
 from luna.messages import LoggedMessage
 from tests.conftest import Reply

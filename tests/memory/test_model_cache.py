@@ -15,9 +15,9 @@ import numpy as np
 
 from luna.config import MemoryConfig
 from luna.memory import Memory
-from luna.memory import model_cache as cache
-from luna.memory.embed_worker import EmbeddingProcess
-from luna.memory.embeddings import Embedder
+from luna.memory.embedding import model_cache as cache
+from luna.memory.embedding.embed_worker import EmbeddingProcess
+from luna.memory.embedding.embeddings import Embedder
 from tests.luna_process import REPO, clean_env
 
 MODEL = "all-MiniLM-L6-v2"
@@ -26,7 +26,7 @@ TEXTS = ["we moved to Lisbon in March", "the tulip bulbs arrive on Friday", "x"]
 FRESH_PROCESS = """
 import json, sys
 from pathlib import Path
-from luna.memory.embeddings import Embedder
+from luna.memory.embedding.embeddings import Embedder
 emb = Embedder("all-MiniLM-L6-v2", 384, cache_dir=Path(sys.argv[1]))
 vecs = emb.encode(json.loads(sys.argv[2]))
 heavy = sorted(m for m in ("torch", "sentence_transformers", "transformers") if m in sys.modules)

@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from luna.memory.embeddings import Embedder, resolve_model
-from luna.memory.model_cache import UNSUPPORTED
+from luna.memory.embedding.embeddings import Embedder
+from luna.memory.embedding.model_cache import UNSUPPORTED
+from luna.memory.embedding.models import resolve_model
 
 TEXTS = [
     "we moved to Lisbon in March",

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from luna.memory import Memory, RecallItem, db, format_recall
-from luna.memory.query import build_fts_query, plan_query
+from luna.memory import Memory, RecallItem, format_recall
+from luna.memory.recall.query import build_fts_query, plan_query
+from luna.memory.storage import db
 
 HOSTILE = [
     "",
@@ -218,7 +219,7 @@ async def test_feedback_pulls_in_doc_related_to_best_hit(
 ) -> None:
     """Rocchio feedback: the bow/horsehair line shares no word and little meaning with the
     question, but it is close to the best hit (the violin), so it beats a wordier distractor."""
-    from luna.memory import search
+    from luna.memory.recall import search
 
     await memory.add_memories([{"text": t} for t in FEEDBACK_DOCS])
     question = "What instrument does Maria play?"
@@ -233,7 +234,7 @@ async def test_feedback_pulls_in_doc_related_to_best_hit(
 async def test_common_words_leave_large_indexes_fts_but_rare_ones_stay(
     memory: Memory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from luna.memory import search
+    from luna.memory.recall import search
 
     texts = [f"we go out on day {i}" for i in range(30)] + ["we went hiking in the Tatra"]
     await memory.add_memories([{"text": t} for t in texts])

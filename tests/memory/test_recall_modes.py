@@ -14,7 +14,7 @@ from luna import observe
 from luna.config import Config
 from luna.doctor.checks import _recall_modes
 from luna.memory import Memory
-from luna.memory.embed_worker import EmbeddingProcess
+from luna.memory.embedding.embed_worker import EmbeddingProcess
 
 MODEL = "all-MiniLM-L6-v2"
 

@@ -14,8 +14,9 @@ import pytest
 
 from luna.agent.prompt import INTERRUPTED_RESULT
 from luna.config import MemoryConfig
-from luna.memory import Memory, db
-from luna.memory.store import MIGRATIONS, Store
+from luna.memory import Memory
+from luna.memory.storage import db
+from luna.memory.storage.store import MIGRATIONS, Store
 from luna.messages import Usage
 from tests.history import prompt_view
 from tests.luna_process import REPO

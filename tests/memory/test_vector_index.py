@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from luna.memory import Memory, search, store
-from luna.memory.vector_index import VectorIndex
+from luna.memory import Memory
+from luna.memory.recall import search
+from luna.memory.storage import store
+from luna.memory.storage.vector_index import VectorIndex
 
 
 def test_vector_index_knn_upsert_remove() -> None:
@@ -96,7 +98,7 @@ def _fitted(vecs: np.ndarray) -> VectorIndex:
 
 
 def test_split_exact_scan_matches_brute_force() -> None:
-    from luna.memory import vector_index
+    from luna.memory.storage import vector_index
 
     rng = np.random.default_rng(3)
     n = vector_index.SPLIT_MIN_ROWS + 1000
@@ -118,7 +120,7 @@ def test_sketch_finds_the_exact_neighbours_and_follows_writes(
     """Through the sketch, the docs found are (all but a few of) the exact scan's, their scores
     are exact cosines, a deleted doc never comes back, a new one is found at once, and the
     directions are fitted again once the scope has doubled."""
-    from luna.memory import vector_index
+    from luna.memory.storage import vector_index
 
     monkeypatch.setattr(vector_index, "RAM_INDEX_MIN_DOCS", 4000)
     monkeypatch.setattr(vector_index, "SKETCH_CANDIDATES", 400)
@@ -173,7 +175,7 @@ async def test_large_scope_recall_through_the_sketch_matches_the_exact_scan(
     """A scope big enough for the sketch (thresholds lowered): the store fits it when it
     builds the index, its nearest docs are the exact scan's, and a write after the fit is
     searchable at once."""
-    from luna.memory import vector_index
+    from luna.memory.storage import vector_index
 
     monkeypatch.setattr(store, "RAM_INDEX_MIN_DOCS", 3000)
     monkeypatch.setattr(vector_index, "RAM_INDEX_MIN_DOCS", 3000)
@@ -209,7 +211,7 @@ def test_searches_and_writes_from_two_threads_keep_the_index_whole(
     refits the sketch never see a half-made index (the store no longer serializes them)."""
     import threading
 
-    from luna.memory import vector_index
+    from luna.memory.storage import vector_index
 
     monkeypatch.setattr(vector_index, "RAM_INDEX_MIN_DOCS", 1500)
     monkeypatch.setattr(vector_index, "SKETCH_CANDIDATES", 200)

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from luna.errors import ScheduleError
-from luna.memory.migrations import MIGRATIONS
-from luna.memory.store import Store
+from luna.memory.storage.migrations import MIGRATIONS
+from luna.memory.storage.store import Store
 from luna.messages import InboundMessage, TurnDone
 from luna.scheduler.model import Requester, Target
 from luna.scheduler.store import TaskStore

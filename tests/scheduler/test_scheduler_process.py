@@ -12,7 +12,7 @@ import threading
 import time
 from pathlib import Path
 
-from luna.memory.store import Store
+from luna.memory.storage.store import Store
 from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.luna_process import data_env
 

@@ -25,7 +25,7 @@ from luna.frontends.discord.bot import LunaBot
 from luna.frontends.discord.pipeline import Batch, SessionPipeline
 from luna.llm import LLMClient
 from luna.memory import Memory
-from luna.memory.embeddings import Embedder
+from luna.memory.embedding.embeddings import Embedder
 from luna.tools.registry import ToolRegistry
 from tests.fakes.tools import echo_registry
 

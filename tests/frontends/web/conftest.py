@@ -25,7 +25,7 @@ from luna.frontends import Components
 from luna.frontends.web import WebFrontend
 from luna.llm import LLMClient
 from luna.memory import Memory
-from luna.memory.embeddings import Embedder
+from luna.memory.embedding.embeddings import Embedder
 from luna.scheduler.clock import ManualClock
 from luna.scheduler.service import SchedulerService
 from luna.scheduler.tool_port import ToolPort

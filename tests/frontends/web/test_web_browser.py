@@ -445,8 +445,8 @@ async def test_bidirectional_controls_show_as_visible_marks(
 
 
 def _fill(luna_web: LunaWebProcess, session: str, n: int) -> None:
-    from luna.memory import session_log
-    from luna.memory.store import Store
+    from luna.memory.storage import session_log
+    from luna.memory.storage.store import Store
 
     store = Store(luna_web.db_path)
     try:

@@ -18,7 +18,7 @@ import httpx
 
 from luna.frontends.web.auth import CSP
 from luna.frontends.web.server import STATIC_DIR
-from luna.memory import session_log
+from luna.memory.storage import session_log
 from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.frontends.web.conftest import TOKEN, XSS
 from tests.frontends.web.process import LunaWebProcess

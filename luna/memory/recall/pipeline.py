@@ -2,9 +2,9 @@
 
 Invariants:
 - The query vector is computed in the embedding process (``embed``) while the keyword half
-  (:func:`luna.memory.search.keyword_hits`) runs in a worker thread; then the vector half and the
-  fusion (:func:`luna.memory.search.hybrid_search`) run in a worker thread too. Nothing blocking
-  runs on the event loop.
+  (:func:`luna.memory.recall.search.keyword_hits`) runs in a worker thread; then the vector half
+  and the fusion (:func:`luna.memory.recall.search.hybrid_search`) run in a worker thread too.
+  Nothing blocking runs on the event loop.
 - ``mode`` is decided by the caller before anything runs (``fts_warming`` or ``fts``: no vector
   is asked for, nothing waits for the model); a vector that fails to come back turns the recall
   keyword-only and the logged mode says what actually served it.
@@ -16,10 +16,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from luna.memory import session_log
-from luna.memory.query import plan_query
-from luna.memory.search import MAX_K, KeywordHits, RecallItem, hybrid_search, keyword_hits
-from luna.memory.store import Store
+from luna.memory.recall.query import plan_query
+from luna.memory.recall.search import (
+    MAX_K,
+    KeywordHits,
+    RecallItem,
+    hybrid_search,
+    keyword_hits,
+)
+from luna.memory.storage import session_log
+from luna.memory.storage.store import Store
 from luna.observe import Timer, log_event
 
 
@@ -65,7 +71,7 @@ async def run_recall(
     mode_now: Callable[[], str],
 ) -> list[RecallItem]:
     """The ``k`` best items for ``query`` (see :meth:`luna.memory.Memory.recall`)."""
-    k = min(k, MAX_K)  # sqlite-vec's limit (luna.memory.search)
+    k = min(k, MAX_K)  # sqlite-vec's limit (luna.memory.recall.search)
     embed_ms = 0.0
     with Timer() as t:
         # The vector is asked for before any database work, for the words the speakers seen

@@ -1,7 +1,7 @@
 """Hybrid recall: FTS5 bm25 + sqlite-vec cosine, fused by normalized scores; prompt formatting.
 
 Invariants:
-- The user's text goes through :mod:`luna.memory.query`: a safe FTS5 query (never raises),
+- The user's text goes through :mod:`luna.memory.recall.query`: a safe FTS5 query (never raises),
   date windows and mentioned speakers.
 - Relevance decides the order: each list's scores are min-max normalized over its candidates
   and mixed ``FTS_WEIGHT``/``VEC_WEIGHT``; rows from a mentioned date window or by a mentioned
@@ -16,7 +16,7 @@ Invariants:
   runs it while the query is being embedded; :func:`hybrid_search` adds the vector half and
   fuses. At 100k docs each half costs a few ms: FTS takes the best matches of every scope and
   then keeps the scope's (no join per match), and a large scope's vectors are searched through
-  a sketch in RAM (:mod:`luna.memory.vector_index`).
+  a sketch in RAM (:mod:`luna.memory.storage.vector_index`).
 - Blocking; the ``Memory`` facade runs both halves in worker threads.
 """
 
@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from luna.memory.query import QueryPlan, build_fts_query, plan_query, query_terms
-from luna.memory.store import Store
-from luna.memory.vector_index import Candidates
-from luna.memory.vocab import term_doc_counts
+from luna.memory.recall.query import QueryPlan, build_fts_query, plan_query, query_terms
+from luna.memory.recall.vocab import term_doc_counts
+from luna.memory.storage.store import Store
+from luna.memory.storage.vector_index import Candidates
 
 __all__ = [
     "KeywordHits",

@@ -20,7 +20,7 @@ Invariants:
   program; a corrupt page or a file that is not a database raises
   DatabaseCorruptError and marks the store ``damaged``: from then on every write is refused
   before it starts, so Luna never appends to a damaged file.
-- Durability: every commit survives ``kill -9`` (see :mod:`luna.memory.db`). A
+- Durability: every commit survives ``kill -9`` (see :mod:`luna.memory.storage.db`). A
   ``transaction(durable=True)`` (the default) also survives power loss once it returns: it
   commits with ``synchronous=FULL``, one fsync of the WAL, which also covers every commit before
   it. ``durable=False`` skips that fsync; it is for rows that are derived or intermediate (a
@@ -42,16 +42,16 @@ from typing import Any
 import numpy as np
 
 from luna.errors import DatabaseBusyError, MemoryStoreError
-from luna.memory import db
-from luna.memory.migrations import MIGRATIONS, Migration
-from luna.memory.vector_index import RAM_INDEX_MIN_DOCS, VectorIndex
+from luna.memory.storage import db
+from luna.memory.storage.migrations import MIGRATIONS, Migration
+from luna.memory.storage.vector_index import RAM_INDEX_MIN_DOCS, VectorIndex
 from luna.observe import log_event
 
 log = logging.getLogger(__name__)
 
 # SQLite's own wait for another program's lock, per statement of this store. Short, because
 # the store's lock is held meanwhile and every other thread of Luna waits for it; a write that
-# may wait longer goes through luna.memory.writes (tries, backoff, memory.lock_wait).
+# may wait longer goes through luna.memory.storage.writes (tries, backoff, memory.lock_wait).
 BUSY_TIMEOUT_S = 1.0
 NEIGHBOUR_WEIGHT = 0.3  # share of each neighbour's embedding mixed into a threaded doc's vector
 CTX_CHARS = 600  # how much of a neighbour's text goes into a doc's FTS context
@@ -73,7 +73,9 @@ class Store:
         self.vector_error = self.conn.vector_error
         self.dim: int | None = None
         self.has_unsynced = False  # a durable=False commit has not been fsynced yet
-        self.vocab_ready = False  # luna.memory.vocab's scratch tables exist on this connection
+        self.vocab_ready = (
+            False  # luna.memory.recall.vocab's scratch tables exist on this connection
+        )
         self._doc_count: int | None = None  # docs rows, counted once then kept in step
         self._speakers: dict[str, list[str]] = {}
         self._ram_index: dict[str, VectorIndex | None] = {}

@@ -2,7 +2,7 @@
 
 Invariants:
 - The damaged file is only read: it is copied (with its write-ahead log) into a scratch folder,
-  the log folded in there, and the copy read page by page (:mod:`luna.memory.salvage`).
+  the log folded in there, and the copy read page by page (:mod:`luna.memory.storage.salvage`).
 - The result is a new file, never written over an existing one: built as a temp file with the
   full current schema (the migrations), checked with ``integrity_check``, fsynced, renamed.
 - Its base tables (``BASE_TABLES``) get every salvaged row that fits the table (its columns'
@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from luna.errors import MemoryStoreError
-from luna.memory import db
-from luna.memory.backup import check_file
-from luna.memory.salvage import Salvage, read_file
-from luna.memory.store import Store
+from luna.memory.storage import db
+from luna.memory.storage.backup import check_file
+from luna.memory.storage.salvage import Salvage, read_file
+from luna.memory.storage.store import Store
 
 BASE_TABLES = (
     "meta",

@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from luna.memory import db
-from luna.memory.store import Store, now_iso
+from luna.memory.storage import db
+from luna.memory.storage.store import Store, now_iso
 
 
 def current(store: Store, session_id: str) -> tuple[int, dict[str, Any] | None]:

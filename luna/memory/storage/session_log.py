@@ -29,7 +29,7 @@ import json
 from typing import Any
 
 from luna.errors import MemoryStoreError
-from luna.memory.store import Store, now_iso
+from luna.memory.storage.store import Store, now_iso
 from luna.messages import LoggedMessage, Usage, clean_value
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -69,7 +69,7 @@ def append_message(
     """Append one OpenAI-style message (durably if :func:`is_handed_over`); returns its id.
 
     ``created`` (UTC ISO 8601) is when it was given, for a message held while the database
-    could not take it (:mod:`luna.memory.held`); default now."""
+    could not take it (:mod:`luna.memory.storage.held`); default now."""
     with store.transaction(durable=is_handed_over(message)) as conn:
         return insert_message(
             store, conn, session_id, message, context=context, usage=usage, scope=scope,

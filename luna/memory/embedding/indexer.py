@@ -20,8 +20,8 @@ import logging
 from collections.abc import Callable
 
 from luna.errors import MemoryStoreError
-from luna.memory.encoder import Encoder
-from luna.memory.store import Store
+from luna.memory.embedding.encoder import Encoder
+from luna.memory.storage.store import Store
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ Invariants:
 
 from __future__ import annotations
 
-from luna.memory.store import Store
+from luna.memory.storage.store import Store
 
 FTS_TOKENIZER = "porter unicode61"
 

@@ -2,8 +2,8 @@
 
 Why: on a small CPU box embedding is what limits memory ingest, and torch is what makes the
 embedding process big and slow to start. The exported transformer (see
-:mod:`luna.memory.onnx_export`) runs about twice as fast on ONNX Runtime, and loading it needs
-only onnxruntime, tokenizers and numpy (about 50 MB and a quarter of a second).
+:mod:`luna.memory.embedding.onnx_export`) runs about twice as fast on ONNX Runtime, and loading it
+needs only onnxruntime, tokenizers and numpy (about 50 MB and a quarter of a second).
 
 Invariants:
 - Tokenization is the model's own fast tokenizer (``tokenizer.json``), with the model's

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from luna import datafolder
 from luna.errors import DatabaseCorruptError, MemoryStoreError
-from luna.memory import db
+from luna.memory.storage import db
 from luna.observe import log_event
 
 log = logging.getLogger(__name__)

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from luna.memory import db
-from luna.memory.store import now_iso
+from luna.memory.storage import db
+from luna.memory.storage.store import now_iso
 from luna.messages import clean_value
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ Invariants:
   ``PAUSE_MAX_S`` between them, ``memory.lock_wait`` seconds in all, then DatabaseBusyError.
   Between tries the store's lock is free, so reads of this process go on meanwhile.
 - :meth:`WriteGate.append` never loses a message: when it cannot be written (busy past the
-  wait, or the database is damaged) it is held (:mod:`luna.memory.held`) and the error says
+  wait, or the database is damaged) it is held (:mod:`luna.memory.storage.held`) and the error says
   where it is kept. Held messages are written before any later message, and by a background
   retry every ``HELD_RETRY_S`` until they are; a damaged database stops the retry (the file
   waits for the repair, then the next open writes it).
@@ -21,9 +21,9 @@ from collections.abc import Callable
 from typing import Any
 
 from luna.errors import DatabaseBusyError, DatabaseCorruptError, MemoryStoreError
-from luna.memory import session_log
-from luna.memory.held import HeldMessages
-from luna.memory.store import Store, now_iso
+from luna.memory.storage import session_log
+from luna.memory.storage.held import HeldMessages
+from luna.memory.storage.store import Store, now_iso
 from luna.messages import Usage
 from luna.observe import log_event
 

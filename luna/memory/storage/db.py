@@ -8,8 +8,8 @@ Invariants:
   the process (its frames are in the WAL file, in the OS page cache, when COMMIT returns), at
   any ``synchronous`` level. Power loss or an OS crash is another matter: only a commit with
   ``synchronous=FULL`` (the WAL is fsynced before COMMIT returns) or a later fsync of the WAL
-  (:meth:`luna.memory.store.Store.sync`) makes a commit survive it; the WAL is append-only, so
-  one fsync covers every commit before it. ``Store.transaction(durable=True)`` is the FULL
+  (:meth:`luna.memory.storage.store.Store.sync`) makes a commit survive it; the WAL is append-only,
+  so one fsync covers every commit before it. ``Store.transaction(durable=True)`` is the FULL
   commit; the store module says which writes use which.
 - sqlite-vec is loaded on every connection. When it cannot load, the failure is logged at ERROR
   level and as a ``memory_op`` event, and ``conn.vector_enabled`` is False; it never fails

@@ -1,9 +1,9 @@
 """Export a sentence-transformers model to ONNX, check it against torch, cache it on disk.
 
-Run as a child process: ``python -m luna.memory.onnx_export MODEL DIM CACHE_DIR``. It is the
-only place besides the torch fallback that imports torch; it exits when done, and its memory
+Run as a child process: ``python -m luna.memory.embedding.onnx_export MODEL DIM CACHE_DIR``. It is
+the only place besides the torch fallback that imports torch; it exits when done, and its memory
 goes with it. The embedding process starts it when the cache has no entry for the model (see
-:mod:`luna.memory.model_cache`).
+:mod:`luna.memory.embedding.model_cache`).
 
 Invariants:
 - Only the plain layout is exported: ``[Transformer, Pooling(mean | cls), (Normalize)]`` with a
@@ -32,9 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from luna.memory.embed_worker import die_with_parent, exit_with_parent
-from luna.memory.embeddings import ONNX_BATCH_SIZE, quiet_progress_bars, resolve_model
-from luna.memory.model_cache import (
+from luna.memory.embedding.embed_worker import die_with_parent, exit_with_parent
+from luna.memory.embedding.embeddings import ONNX_BATCH_SIZE, quiet_progress_bars
+from luna.memory.embedding.model_cache import (
     EXIT_UNSUPPORTED,
     MANIFEST,
     PARENT_ENV,
@@ -43,7 +43,8 @@ from luna.memory.model_cache import (
     new_tmp_dir,
     publish,
 )
-from luna.memory.onnx_encoder import MODEL_FILE, TOKENIZER_FILE, OnnxEncoder
+from luna.memory.embedding.models import resolve_model
+from luna.memory.embedding.onnx_encoder import MODEL_FILE, TOKENIZER_FILE, OnnxEncoder
 
 MIN_COSINE = 0.9999
 OPSET = 17
@@ -193,7 +194,10 @@ def main(argv: list[str] | None = None) -> int:
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 3:
-        print("usage: python -m luna.memory.onnx_export MODEL DIM CACHE_DIR", file=sys.stderr)
+        print(
+            "usage: python -m luna.memory.embedding.onnx_export MODEL DIM CACHE_DIR",
+            file=sys.stderr,
+        )
         return 2
     parent = os.environ.get(PARENT_ENV)
     if parent:  # started by run_export: go the moment the embedding process does

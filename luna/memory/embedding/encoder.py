@@ -1,6 +1,6 @@
 """The embedding model as Memory uses it: warmed in the background, asked only when ready.
 
-Memory runs the model in the embedding process (:mod:`luna.memory.embed_worker`) or, with
+Memory runs the model in the embedding process (:mod:`luna.memory.embedding.embed_worker`) or, with
 ``memory.embedding_process = false``, in a worker thread. Either way loading it takes from a
 quarter of a second (the cached ONNX export) to several seconds (the first export, or torch).
 
@@ -26,9 +26,9 @@ from typing import Any
 
 from luna.config import MemoryConfig
 from luna.errors import MemoryStoreError
-from luna.memory.embed_worker import EmbeddingProcess, WorkerDiedError
-from luna.memory.embeddings import Embedder, LoadInfo
-from luna.memory.model_cache import cache_dir_for
+from luna.memory.embedding.embed_worker import EmbeddingProcess, WorkerDiedError
+from luna.memory.embedding.embeddings import Embedder, LoadInfo
+from luna.memory.embedding.model_cache import cache_dir_for
 from luna.observe import log_event
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from luna.memory.store import Store, now_iso
+from luna.memory.storage.store import Store, now_iso
 
 
 def insert_memories(

@@ -16,7 +16,8 @@ Invariants:
   ``model.onnx.data`` + ``tokenizer.json``) or ``unsupported.json`` with the reason the model
   cannot be exported (then embeddings stay on torch, and the log says so).
 - Nothing here imports torch: the export runs in a child process
-  (``python -m luna.memory.onnx_export``) that exits when it is done, so its memory goes too.
+  (``python -m luna.memory.embedding.onnx_export``) that exits when it is done, so its memory goes
+  too.
 - Blocking (files, a subprocess): call from a worker thread or the embedding process.
 """
 
@@ -35,6 +36,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from luna.memory.embedding.models import resolve_model
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +65,6 @@ def _version(package: str) -> str | None:
 
 def model_dir(model_name: str) -> Path | None:
     """The local folder of a model's files, if it can be found without loading anything."""
-    from luna.memory.embeddings import resolve_model
-
     resolved = Path(resolve_model(model_name)).expanduser()
     if resolved.is_dir():
         return resolved
@@ -184,7 +185,14 @@ class ExportOutcome:
 def run_export(cache_dir: Path, model_name: str, dim: int) -> ExportOutcome:
     """Export the model into the cache in a child process (torch lives and dies there)."""
     start = time.monotonic()
-    cmd = [sys.executable, "-m", "luna.memory.onnx_export", model_name, str(dim), str(cache_dir)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "luna.memory.embedding.onnx_export",
+        model_name,
+        str(dim),
+        str(cache_dir),
+    ]
     env = {**os.environ, PARENT_ENV: str(os.getpid())}
     try:
         proc = subprocess.run(

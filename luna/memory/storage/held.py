@@ -28,8 +28,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from luna.memory import session_log
-from luna.memory.store import Store, now_iso
+from luna.memory.storage import session_log
+from luna.memory.storage.store import Store, now_iso
 from luna.messages import clean_value
 from luna.observe import log_event
 

@@ -7,7 +7,8 @@ Invariants:
   by an empty one. A deliberate fresh start sets the old write-ahead log aside first, so its
   frames are never replayed into the new file.
 - :func:`check_sound` runs ``PRAGMA quick_check``; a file that fails it is refused
-  (DatabaseCorruptError, worded by :func:`luna.memory.db.damage_error`) before anything writes.
+  (DatabaseCorruptError, worded by :func:`luna.memory.storage.db.damage_error`) before anything
+  writes.
 - Blocking; ``Memory.open`` calls these in a worker thread.
 """
 
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from luna import datafolder
 from luna.errors import DatabaseMissingError
-from luna.memory import db
+from luna.memory.storage import db
 from luna.observe import log_event
 
 log = logging.getLogger(__name__)

@@ -37,7 +37,13 @@ from pathlib import Path
 from typing import Any
 
 from luna.errors import MemoryStoreError
-from luna.memory.embeddings import DEFAULT_BACKEND, ONNX_BATCH_SIZE, Embedder, LoadInfo, PerModel
+from luna.memory.embedding.embeddings import (
+    DEFAULT_BACKEND,
+    ONNX_BATCH_SIZE,
+    Embedder,
+    LoadInfo,
+    PerModel,
+)
 
 WORKER_NICE = 10
 PARENT_CHECK_S = 0.5

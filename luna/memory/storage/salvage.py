@@ -6,8 +6,8 @@ with "SQL logic error" on every file, sound ones included; pysqlite3-binary lack
 So this module follows the file format (https://sqlite.org/fileformat2.html) itself.
 
 Invariants:
-- Read-only: the file given is never written (``luna.memory.recover`` hands it a scratch copy
-  with the write-ahead log folded in).
+- Read-only: the file given is never written (``luna.memory.storage.recover`` hands it a scratch
+  copy with the write-ahead log folded in).
 - A table's rows come from its b-tree, walked from the root page that ``sqlite_schema`` (page
   1) names. A page that does not parse is skipped with what hangs below it; so is a cell that
   does not decode, and a row a cell repeats (first one kept).

