@@ -6,9 +6,14 @@ created_at = its session's date), then every question of categories 1-4 is searc
 adversarial, has no answer in the conversation and is left out). Recall@k of a question is the
 share of its evidence turns found in the top k; the figures are means over questions.
 
+Counted per session as well, to set beside published figures that rank sessions or chunks: the
+sessions of the top k turns against the sessions that hold the question's evidence.
+
+Conversations 0-4 (sorted file order) are for tuning and 5-9 are held out: never tune on them.
+A run over all ten reports both halves apart, the held-out half as the figure to quote.
+
 Usage: ``python bench/locomo.py [--data DIR] [--limit N | --only 0-4] [--k 10]``. Prints a
-table and one JSON line. ``--only`` picks conversations by index (sorted file order), e.g.
-``0-4`` to tune on and ``5-9`` as the held-out check.
+table and one JSON line. ``--only`` picks conversations by index.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ DEFAULT_DATA = REPO.parent / "shared" / "data" / "locomo10"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 KS = (1, 5, 10)
 _EVIDENCE = re.compile(r"D\d+:\d+")
+TUNE = frozenset(range(5))  # conversations tuned on; the rest are held out
 
 
 def session_date(text: str) -> str:
@@ -81,6 +87,21 @@ def percentile(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
 
 
+def session_of(dia_id: str) -> str:
+    """'D12:3' -> 'D12' (the LoCoMo session a turn belongs to)."""
+    return dia_id.partition(":")[0]
+
+
+def recall_at(evidence: set[str], ids: list[str]) -> dict[str, float]:
+    """Turn- and session-level recall of one question at each cut."""
+    sessions = {session_of(e) for e in evidence}
+    out = {}
+    for cut in KS:
+        out[cut] = len(evidence & set(ids[:cut])) / len(evidence)
+        out[f"s{cut}"] = len(sessions & {session_of(i) for i in ids[:cut]}) / len(sessions)
+    return out
+
+
 async def run_conversation(path: Path, k: int) -> tuple[list, list, int]:
     conv = json.loads(await asyncio.to_thread(path.read_text))
     rows: list[tuple[int, dict[int, float]]] = []
@@ -100,9 +121,8 @@ async def run_conversation(path: Path, k: int) -> tuple[list, list, int]:
                 start = time.perf_counter()
                 hits = await mem.recall(str(qa["question"]), k=k)
                 latencies.append((time.perf_counter() - start) * 1000)
-                ids = [h.external_id for h in hits]
-                recall = {cut: len(evidence & set(ids[:cut])) / len(evidence) for cut in KS}
-                rows.append((qa["category"], recall))
+                ids = [h.external_id or "" for h in hits]
+                rows.append((qa["category"], recall_at(evidence, ids)))
         finally:
             await mem.close()
     return rows, latencies, len(items)
@@ -133,17 +153,27 @@ async def main() -> int:
         files = [f for i, f in enumerate(files) if i in wanted]
     if args.limit:
         files = files[: args.limit]
-    all_rows: list[tuple[int, dict[int, float]]] = []
+    index_of = {f: i for i, f in enumerate(sorted(args.data.glob("*.json")))}
+    all_rows: list[tuple[int, dict]] = []
+    halves: dict[str, list[tuple[int, dict]]] = {"tune": [], "held_out": []}
     latencies: list[float] = []
     n_turns = 0
     for path in files:
         rows, lats, n = await run_conversation(path, max(args.k, max(KS)))
         all_rows += rows
+        halves["tune" if index_of[path] in TUNE else "held_out"] += rows
         latencies += lats
         n_turns += n
 
-    def mean_at(rows: list, cut: int) -> float:
+    def mean_at(rows: list, cut: int | str) -> float:
         return statistics.fmean(r[cut] for _, r in rows) if rows else 0.0
+
+    def figures(rows: list) -> dict:
+        return {
+            "questions": len(rows),
+            **{f"recall@{cut}": round(mean_at(rows, cut), 4) for cut in KS},
+            **{f"session_recall@{cut}": round(mean_at(rows, f"s{cut}"), 4) for cut in KS},
+        }
 
     result = {
         "bench": "locomo",
@@ -152,6 +182,8 @@ async def main() -> int:
         "turns": n_turns,
         "questions": len(all_rows),
         **{f"recall@{cut}": round(mean_at(all_rows, cut), 4) for cut in KS},
+        **{f"session_recall@{cut}": round(mean_at(all_rows, f"s{cut}"), 4) for cut in KS},
+        "halves": {name: figures(rows) for name, rows in halves.items() if rows},
         "per_category": {
             name: {
                 "questions": len(sub := [r for r in all_rows if r[0] == cat]),
@@ -172,6 +204,18 @@ async def main() -> int:
     print(
         f"{'overall':<14}{len(all_rows):>6}" + "".join(f"{result[f'recall@{c}']:>8.3f}" for c in KS)
     )
+    print(
+        f"{'  per session':<14}{'':>6}"
+        + "".join(f"{result[f'session_recall@{c}']:>8.3f}" for c in KS)
+    )
+    for name, vals in result["halves"].items():
+        label = "tune 0-4" if name == "tune" else "held-out 5-9"
+        print(
+            f"{label:<14}{vals['questions']:>6}"
+            + "".join(f"{vals[f'recall@{c}']:>8.3f}" for c in KS)
+            + "   per session "
+            + " ".join(f"{vals[f'session_recall@{c}']:.3f}" for c in KS)
+        )
     print(f"query latency p50 {result['latency_ms_p50']} ms, p95 {result['latency_ms_p95']} ms")
     print(json.dumps(result))
     return 0
