@@ -23,16 +23,26 @@ Invariants:
 - Costs 4 × (dim + ``SKETCH_DIM``) bytes of RAM per doc (~190 MB for 100k 384-dim docs).
 - A scan is split over two cores (single-threaded BLAS in each, so no BLAS threads spin after
   it).
+- Past ``GRAPH_MIN_DOCS`` live docs a graph (:mod:`.graph_index`) is built in a background
+  thread at low priority and then picks the candidates instead of the sketch; until it is
+  ready, and while a stale one is rebuilt, the sketch (or the old graph) serves. Slots written
+  during a build are added to the new graph before it is swapped in.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
+
+from luna.memory.storage import graph_index
+
+log = logging.getLogger(__name__)
 
 RAM_INDEX_MIN_DOCS = 20_000
 SKETCH_DIM = 96  # principal directions kept: a quarter of MiniLM's 384
@@ -41,6 +51,7 @@ SKETCH_OVERFETCH = 10  # ... or this many per doc asked for
 SKETCH_FIT_SAMPLE = 20_000  # vectors the directions are fitted on
 SCAN_THREADS = min(2, os.cpu_count() or 1)  # a scan is memory-bound: two cores, half the time
 SPLIT_MIN_ROWS = 16_384
+GRAPH_BUILD_CHUNK = 8192  # rows a graph build copies at a time, under the lock
 
 _scan_pool: ThreadPoolExecutor | None = None
 _scan_lock = threading.Lock()
@@ -110,6 +121,10 @@ class VectorIndex:
         self.sketch = np.zeros((0, SKETCH_DIM), dtype=np.float32)  # mat @ basis
         self.fitted_on = 0  # live docs when the basis was fitted
         self.lock = threading.RLock()  # re-entered: a write that doubles the scope refits
+        self.graph: graph_index.Graph | None = None
+        self.use_graph = True  # benchmarks turn it off to compare
+        self._building: threading.Thread | None = None
+        self._written_while_building: list[int] = []
 
     def __len__(self) -> int:
         return len(self.pos)
@@ -117,6 +132,7 @@ class VectorIndex:
     def upsert(self, doc_id: int, vec: np.ndarray) -> None:
         with self.lock:
             p = self.pos.get(doc_id)
+            replacing = int(p is not None)  # the graph's old node for this slot goes stale
             if p is None:
                 if self.n == len(self.ids):
                     self.ids = np.concatenate([self.ids, np.full(self.n, -1, dtype=np.int64)])
@@ -128,6 +144,10 @@ class VectorIndex:
                 self.pos[doc_id] = p
                 self.ids[p] = doc_id
             self.mat[p] = vec
+            if self.graph is not None:
+                self.graph.add(np.array([p]), self.mat[p : p + 1], replacing=replacing)
+            if self._building is not None:
+                self._written_while_building.append(p)
             if self.basis is not None:
                 self.sketch[p] = vec @ self.basis
                 if len(self.pos) >= 2 * self.fitted_on:
@@ -139,6 +159,8 @@ class VectorIndex:
             if p is not None:
                 self.ids[p] = -1
                 self.mat[p] = 0.0
+                if self.graph is not None:
+                    self.graph.removed()
                 if self.basis is not None:
                     self.sketch[p] = 0.0
 
@@ -195,6 +217,12 @@ class VectorIndex:
         with self.lock:
             if not self.pos or k <= 0:
                 return [], None
+            self._start_graph_build()
+            if self.graph is not None and self.use_graph and 4 * k < len(self.pos):
+                # Exact scores from the matrix; tombstones and stale nodes fall out in _best.
+                # No candidates: a feedback pass searches the graph again (0.4 ms).
+                slots = self.graph.search(query, 2 * k)
+                return self._best(slots, self.mat[slots] @ query, k), None
             wanted = max(SKETCH_CANDIDATES, SKETCH_OVERFETCH * k)
             if self.basis is None or 2 * wanted >= self.n:
                 return self.exact(query, k), None
@@ -204,6 +232,65 @@ class VectorIndex:
             slots = np.argpartition(rough, self.n - wanted)[self.n - wanted :]
             slots.sort()  # the gather below then reads the matrix front to back
             return self._best(slots, self.mat[slots] @ query, k), Candidates(self, slots)
+
+    def _start_graph_build(self) -> None:
+        """Start a graph (re)build in the background when the scope is large enough for one
+        and has none, or only a stale one (caller holds the lock)."""
+        if not self.use_graph or self._building is not None:
+            return
+        if len(self.pos) < graph_index.GRAPH_MIN_DOCS:
+            return
+        if self.graph is not None and not self.graph.needs_rebuild():
+            return
+        if not graph_index.available():
+            self.use_graph = False
+            return
+        self._written_while_building = []
+        self._building = threading.Thread(
+            target=self._build_graph, name="luna-graph-build", daemon=True
+        )
+        self._building.start()
+
+    def _build_graph(self) -> None:
+        """Fill a new graph from the live vectors, a chunk at a time under the lock (no copy
+        of the whole matrix), then add what was written meanwhile and swap it in."""
+        with contextlib.suppress(OSError):  # Linux: the nice value of this thread only
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+        graph = None
+        try:
+            with self.lock:
+                slots = np.flatnonzero(self.ids[: self.n] >= 0)
+                rng = np.random.default_rng(0)
+                sample = self.mat[rng.choice(slots, min(len(slots), SKETCH_FIT_SAMPLE), False)]
+            graph = graph_index.empty(sample)
+            for lo in range(0, len(slots) if graph is not None else 0, GRAPH_BUILD_CHUNK):
+                with self.lock:
+                    part = slots[lo : lo + GRAPH_BUILD_CHUNK]
+                    part = part[self.ids[part] >= 0]
+                    rows = self.mat[part]
+                graph.add(part, rows)
+        except Exception:  # noqa: BLE001 - a failed build leaves the sketch serving
+            log.exception("building the vector graph failed; the sketch scan serves")
+            graph = None
+        with self.lock:
+            if graph is not None:
+                written = np.unique(np.array(self._written_while_building, dtype=np.int64))
+                written = written[self.ids[written] >= 0] if len(written) else written
+                graph.add(written, self.mat[written], replacing=len(written))
+                self.graph = graph
+            else:
+                self.use_graph = False
+            self._written_while_building = []
+            self._building = None
+
+    def wait_for_graph(self, timeout: float | None = None) -> bool:
+        """Wait for a graph build under way; True when a graph serves (benchmarks, tests)."""
+        with self.lock:
+            self._start_graph_build()
+            building = self._building
+        if building is not None:
+            building.join(timeout)
+        return self.graph is not None
 
     def knn_among(
         self, candidates: Candidates | None, query: np.ndarray, k: int
