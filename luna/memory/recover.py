@@ -19,8 +19,9 @@ Invariants:
 
 from __future__ import annotations
 
+import os
+import secrets
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from typing import Any
 from luna.errors import MemoryStoreError
 from luna.memory import db
 from luna.memory.backup import check_file
+from luna.memory.maintenance import SCRATCH_PREFIX, TMP_PREFIX, MaintenanceLock
 from luna.memory.salvage import Salvage, read_file
 from luna.memory.store import Store
 
@@ -73,8 +75,11 @@ class Column:
     is_rowid: bool  # INTEGER PRIMARY KEY: stored as NULL in the record, the rowid is the value
 
 
-def recover(source: Path, output: Path) -> RecoverReport:
-    """Salvage ``source`` into ``output`` (see the module invariants)."""
+def recover(source: Path, output: Path, lock: MaintenanceLock | None = None) -> RecoverReport:
+    """Salvage ``source`` into ``output`` (see the module invariants).
+
+    The caller holds the data commands' ``lock``; the scratch folder and the temp file are
+    tracked there, so a ``kill -9`` leaves nothing the next command does not remove."""
     started = time.monotonic()
     source, output = Path(source), Path(output)
     if not source.is_file():
@@ -82,8 +87,12 @@ def recover(source: Path, output: Path) -> RecoverReport:
     if output.exists():
         raise MemoryStoreError(f"{output} already exists; give another --output")
     output.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=".recover-", dir=output.parent))
-    tmp = output.with_name(f".tmp-{output.name}")
+    scratch = output.parent / f"{SCRATCH_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
+    tmp = output.with_name(f"{TMP_PREFIX}{output.name}")
+    if lock is not None:
+        lock.track(scratch)
+        lock.track(tmp)
+    scratch.mkdir(mode=0o700)
     try:
         copy, folded = _scratch_copy(source, scratch)
         found = read_file(copy)
