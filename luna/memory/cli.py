@@ -11,6 +11,8 @@ Invariants:
 - ``search -k`` is clamped to :data:`~luna.memory.search.MAX_K` with a note; a ``--batch``
   file that is not UTF-8 text is one line, never a traceback.
 - Output for machines (``--json``) is one JSON object per line.
+- Stored text reaches the terminal only through ``neutralize`` (``terminal_json`` for JSON):
+  an imported memory or a chat message cannot drive the terminal (OSC 52, C1 codes).
 - Beside a running Luna (``luna.datafolder``): reading commands and ``add``/``import``/
   ``forget`` go through (WAL lets one process write while others read, a busy database is
   waited for, and the running Luna sees the change at its next query); ``reindex`` refuses,
@@ -33,7 +35,7 @@ from luna.errors import LunaError
 from luna.memory import Memory, normalize_timestamp
 from luna.memory.browse import recall_json
 from luna.memory.search import MAX_K
-from luna.messages import clean_text
+from luna.messages import clean_text, neutralize, terminal_json
 
 IMPORT_BATCH = 256
 SOURCES = ("user", "assistant", "tool", "import")
@@ -135,22 +137,21 @@ async def search_cmd(args: argparse.Namespace, cfg: Config) -> int:
             items = await mem.recall(query, scope=args.scope, k=args.k)
             if args.json:
                 print(
-                    json.dumps(
-                        {"query": query, "results": [recall_json(i) for i in items]},
-                        ensure_ascii=False,
-                    ),
+                    terminal_json({"query": query, "results": [recall_json(i) for i in items]}),
                     flush=True,
                 )
                 continue
             if len(queries) > 1:
-                print(f"== {query}")
+                print(neutralize(f"== {query}"))
             if not items:
                 print("(nothing found)")
             for it in items:
                 ident = it.external_id if it.external_id is not None else it.id
                 print(
-                    f"{it.kind:<7} {ident!s:<8} {it.score:6.3f}  {it.created_at[:10]}  "
-                    f"[{it.source}] {' '.join(it.text.split())[:200]}"
+                    neutralize(
+                        f"{it.kind:<7} {ident!s:<8} {it.score:6.3f}  {it.created_at[:10]}  "
+                        f"[{it.source}] {' '.join(it.text.split())[:200]}"
+                    )
                 )
     return 0
 
@@ -160,12 +161,14 @@ async def list_cmd(args: argparse.Namespace, cfg: Config) -> int:
         rows = await mem.list_memories(scope=args.scope, limit=args.limit)
     for r in rows:
         if args.json:
-            print(json.dumps(r, ensure_ascii=False))
+            print(terminal_json(r))
             continue
         flag = f" (superseded by #{r['superseded_by']})" if r["superseded_by"] else ""
         print(
-            f"#{r['id']:<6} imp {r['importance']:>2}  {r['created_at'][:10]}  {r['scope']:<10} "
-            f"[{r['source']}] {r['text']}{flag}"
+            neutralize(
+                f"#{r['id']:<6} imp {r['importance']:>2}  {r['created_at'][:10]}  "
+                f"{r['scope']:<10} [{r['source']}] {r['text']}{flag}"
+            )
         )
     if not rows and not args.json:
         print("(no memories)")
@@ -193,10 +196,10 @@ async def stats_cmd(args: argparse.Namespace, cfg: Config) -> int:
     async with open_memory(cfg) as mem:
         stats = await mem.stats()
     if args.json:
-        print(json.dumps(stats))
+        print(terminal_json(stats))
     else:
         for key, value in stats.items():
-            print(f"{key:<16} {value}")
+            print(neutralize(f"{key:<16} {value}"))
     return 0
 
 

@@ -6,15 +6,17 @@ Invariants:
   the change within ``scheduler.poll_interval``.
 - A refusal (bad time, unknown id) is one line on stderr and exit code 1, never a traceback.
 - ``--json``: ``list`` and ``runs`` print one JSON object per line, the others one object.
+- A task's text and a run's output (the model's) reach the terminal only through
+  ``neutralize`` / ``terminal_json``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from luna.config import Config
+from luna.messages import neutralize, terminal_json
 from luna.scheduler.api import open_schedules, owner_target, task_json, task_line
 from luna.scheduler.model import Requester, TaskRequest
 
@@ -59,9 +61,9 @@ def add_parser(subparsers: Any) -> None:
 
 def _print_task(task: Any, as_json: bool, verb: str = "") -> None:
     if as_json:
-        print(json.dumps(task_json(task), ensure_ascii=False))
+        print(terminal_json(task_json(task)))
     else:
-        print(f"{verb}{task_line(task)}")
+        print(neutralize(f"{verb}{task_line(task)}"))
 
 
 async def list_cmd(args: argparse.Namespace, cfg: Config) -> int:
@@ -114,10 +116,11 @@ async def runs_cmd(args: argparse.Namespace, cfg: Config) -> int:
         runs = await api.runs(args.id, Requester.owner(), limit=50)
     for run in runs:
         if args.json:
-            print(json.dumps(run.to_json(), ensure_ascii=False))
+            print(terminal_json(run.to_json()))
         else:
             detail = run.error or (run.output or "").strip().replace("\n", " ")[:100]
-            print(f"run {run.id} {run.started_at:%Y-%m-%d %H:%M} UTC {run.status} {detail}")
+            when = f"{run.started_at:%Y-%m-%d %H:%M} UTC"
+            print(neutralize(f"run {run.id} {when} {run.status} {detail}"))
     if not runs and not args.json:
         print(f"task #{args.id} has not run yet")
     return 0
