@@ -4,10 +4,12 @@ Invariants:
 - Each command opens the memory database (``async with open_memory(cfg)``), does one job and
   closes it, also on failure; the exit code says whether it worked (import: non-zero when any
   line was skipped).
-- Bad input never raises a traceback: a malformed import line (bad JSON or UTF-8, a lone
-  surrogate, a date out of range) is reported with its line number and skipped, the rest
-  imports. Lines are split on ``\n`` only: U+2028, U+0085 and friends are valid inside a JSON
-  string, so ``splitlines`` would cut good lines apart.
+- Bad input never raises a traceback: a malformed import line (bad JSON or UTF-8, nested too
+  deeply, a lone surrogate, a date out of range, longer than ``MAX_LINE_BYTES``) is reported
+  with its line number and skipped, the rest imports. A line without an ``id`` gets one from
+  its content (:func:`content_id`), so importing a file again adds nothing twice. Lines are
+  split on ``\n`` only: U+2028, U+0085 and friends are valid inside a JSON string, so
+  ``splitlines`` would cut good lines apart.
 - ``search -k`` is clamped to :data:`~luna.memory.search.MAX_K` with a note; a ``--batch``
   file that is not UTF-8 text is one line, never a traceback.
 - Output for machines (``--json``) is one JSON object per line.
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import json
 import sys
 from collections.abc import AsyncIterator
@@ -38,6 +41,7 @@ from luna.memory.search import MAX_K
 from luna.messages import clean_text, neutralize, terminal_json
 
 IMPORT_BATCH = 256
+MAX_LINE_BYTES = 1 << 20  # 1 MiB: a memory is a note, not a document
 SOURCES = ("user", "assistant", "tool", "import")
 
 
@@ -228,14 +232,28 @@ async def reindex_cmd(args: argparse.Namespace, cfg: Config) -> int:
 
 
 def _has_lone_surrogate(value: Any) -> bool:
-    """A string (or a string inside a list/dict) that cannot be stored as UTF-8."""
-    if isinstance(value, str):
-        return clean_text(value) != value
-    if isinstance(value, list):
-        return any(_has_lone_surrogate(v) for v in value)
-    if isinstance(value, dict):
-        return any(_has_lone_surrogate(k) or _has_lone_surrogate(v) for k, v in value.items())
+    """A string (or a string inside a list/dict) that cannot be stored as UTF-8; walked
+    without recursion, so no nesting depth can raise."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if clean_text(item) != item:
+                return True
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
     return False
+
+
+def content_id(record: dict[str, Any]) -> str:
+    """A stable id for a line without one, from what it says (text, time, speaker, session,
+    source): importing the same file again finds it already there instead of a duplicate."""
+    key = [record[k] for k in ("text", "created_at", "speaker", "session_id", "source")]
+    digest = hashlib.sha256(json.dumps(key, ensure_ascii=False).encode()).hexdigest()
+    return f"sha256:{digest[:24]}"
 
 
 def parse_import_line(line: str, default_session: str, scope: str) -> dict[str, Any]:
@@ -244,6 +262,8 @@ def parse_import_line(line: str, default_session: str, scope: str) -> dict[str, 
         obj = json.loads(line)
     except json.JSONDecodeError as e:
         raise ValueError(f"not valid JSON ({e.msg})") from None
+    except RecursionError:
+        raise ValueError("nested too deeply to be a memory") from None
     if not isinstance(obj, dict):
         raise ValueError("not a JSON object")
     if _has_lone_surrogate(obj):  # e.g. "\ud800": valid JSON, but no UTF-8 text
@@ -269,7 +289,7 @@ def parse_import_line(line: str, default_session: str, scope: str) -> dict[str, 
         raise ValueError(f'"source" must be one of {", ".join(SOURCES)}')
     speaker = obj.get("speaker")
     session = obj.get("session") or default_session
-    return {
+    record = {
         "text": text,
         "id": None if ext is None else str(ext),
         "created_at": created,
@@ -279,6 +299,9 @@ def parse_import_line(line: str, default_session: str, scope: str) -> dict[str, 
         "scope": scope,
         "importance": 5,
     }
+    if record["id"] is None:
+        record["id"] = content_id(record)
+    return record
 
 
 def _read_lines(path: Path) -> list[bytes]:
@@ -315,6 +338,15 @@ async def import_cmd(args: argparse.Namespace, cfg: Config) -> int:
                 for number, raw in enumerate(lines, start=1):
                     if not raw.strip():
                         bar.update(1)
+                        continue
+                    if len(raw) > MAX_LINE_BYTES:  # never parsed: JSON of 20 MB took 1.5 GB
+                        skipped += 1
+                        bar.update(1)
+                        tqdm.write(
+                            f"{args.file}:{number}: skipped: {len(raw):,} bytes, over the "
+                            f"{MAX_LINE_BYTES:,}-byte limit of a line",
+                            file=sys.stderr,
+                        )
                         continue
                     try:
                         line = raw.decode("utf-8")

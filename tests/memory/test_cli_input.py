@@ -87,3 +87,29 @@ def test_search_clamps_k_and_refuses_a_binary_batch_file(tmp_path: Path) -> None
     refused = luna(tmp_path, "memory", "search", "--batch", str(nul))
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert refused.stderr.strip() == f"memory search: {nul} holds binary data (NUL bytes)"
+
+
+def test_import_skips_deep_and_huge_lines_and_never_duplicates_lines_without_id(
+    tmp_path: Path,
+) -> None:
+    lines = [
+        json.dumps({"text": "the boat is called Aurora"}).encode(),
+        b'{"text": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",  # RecursionError in json
+        json.dumps({"text": "y" * (2 << 20)}).encode(),  # 2 MiB: over the line limit
+        json.dumps({"text": "the bike is red", "created_at": "2024-05-01T10:00:00Z"}).encode(),
+    ]
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    first = luna(tmp_path, "memory", "import", str(path))
+    assert "Traceback" not in first.stderr, first.stderr[-2000:]
+    assert first.returncode == 1
+    skipped = [line for line in first.stderr.splitlines() if ": skipped: " in line]
+    assert [s.split(":")[1] for s in skipped] == ["2", "3"], first.stderr
+    assert "nested too deeply" in skipped[0] and "over the 1,048,576-byte limit" in skipped[1]
+    assert "imported 2, skipped 2 malformed line(s), 0 already present" in first.stdout
+
+    again = luna(tmp_path, "memory", "import", str(path))
+    assert "imported 0, skipped 2 malformed line(s), 2 already present" in again.stdout
+    listed = luna(tmp_path, "memory", "list", "--json")
+    texts = sorted(json.loads(row)["text"] for row in listed.stdout.splitlines())
+    assert texts == ["the bike is red", "the boat is called Aurora"]
