@@ -35,6 +35,7 @@ from typing import Any
 
 from luna.config import Config
 from luna.errors import LunaError
+from luna.ids import id_argument
 from luna.memory import Memory, normalize_timestamp
 from luna.memory.browse import recall_json
 from luna.memory.search import MAX_K
@@ -71,7 +72,7 @@ def add_parser(subparsers: Any) -> None:
     a.set_defaults(handler=add_cmd)
 
     f = sub.add_parser("forget", help="delete a memory by id")
-    f.add_argument("id", type=int, help="memory id (see `luna memory list`)")
+    f.add_argument("id", type=id_argument("a memory"), help="memory id (see `luna memory list`)")
     f.set_defaults(handler=forget_cmd)
 
     st = sub.add_parser("stats", help="counts, database size, embedding model")
