@@ -3,6 +3,8 @@
 Invariants:
 - The damaged file is only read: it is copied (with its write-ahead log) into a scratch folder,
   the log folded in there, and the copy read page by page (:mod:`luna.memory.salvage`).
+- A file that is not a SQLite database (wrong header) and has no row to salvage is refused:
+  there is nothing to recover, and an empty "salvaged" file would only mislead.
 - The result is a new file, never written over an existing one: built as a temp file with the
   full current schema (the migrations), checked with ``integrity_check``, fsynced, renamed.
 - Its base tables (``BASE_TABLES``) get every salvaged row that fits the table (its columns'
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from luna.errors import MemoryStoreError
+from luna.errors import DatabaseCorruptError, MemoryStoreError
 from luna.memory import db
 from luna.memory.backup import check_file
 from luna.memory.maintenance import SCRATCH_PREFIX, TMP_PREFIX, MaintenanceLock
@@ -45,6 +47,7 @@ BASE_TABLES = (
     "deliveries",
     "session_heads",
 )
+SQLITE_HEADER = b"SQLite format 3\x00"
 REPORTED = ("messages", "memories", "sessions", "summaries", "scheduled_tasks")
 
 
@@ -96,6 +99,11 @@ def recover(source: Path, output: Path, lock: MaintenanceLock | None = None) -> 
     try:
         copy, folded = _scratch_copy(source, scratch)
         found = read_file(copy)
+        if not _has_sqlite_header(source) and not any(found.rows.values()) and not found.orphans:
+            raise DatabaseCorruptError(
+                f"{source} is not a SQLite database and holds nothing to salvage; give the "
+                "damaged luna.db (or restore a backup: `luna restore FILE`)"
+            )
         originals = _original_counts(copy, found)
         used, left = _build(found, tmp)
         check_file(tmp)
@@ -111,6 +119,11 @@ def recover(source: Path, output: Path, lock: MaintenanceLock | None = None) -> 
     return RecoverReport(
         output, tables, len(found.bad_pages), used, left, folded, time.monotonic() - started
     )
+
+
+def _has_sqlite_header(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(16) == SQLITE_HEADER
 
 
 def _scratch_copy(source: Path, scratch: Path) -> tuple[Path, bool]:
