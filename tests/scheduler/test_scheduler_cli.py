@@ -95,3 +95,21 @@ def test_cli_schedule_output_neutralizes_escape_codes(tmp_path: Path) -> None:
     assert "\\x9b31m" in shown[1].stdout and "\\u202e" in shown[1].stdout
     assert "\x9b31m" in json.loads(shown[2].stdout)["text"]  # the JSON keeps the value
     assert json.loads(shown[4].stdout)["output"] == HOSTILE
+
+
+def test_cli_schedule_refuses_crons_closer_than_the_limit_at_a_clock_change(
+    tmp_path: Path,
+) -> None:
+    # 01:59 and 03:01 are 62 minutes apart on any day but the spring-forward one (2 minutes).
+    for expr, message in (
+        ("1,59 1,3 * * *", "fires every 2m; the shortest allowed is 5m"),
+        ("58 1 * * *", None),  # once a day: fine
+        ("0 0 31 2 *", "never fires: none of its months has day 31"),
+        ("0 0 32 * *", "bad day-of-month field"),
+    ):
+        done = luna(tmp_path, "add", "x", "--cron", expr)
+        if message is None:
+            assert done.returncode == 0, done.stderr
+            continue
+        assert done.returncode == 1, (expr, done.stdout)
+        assert message in done.stderr and done.stderr.count("\n") == 1, done.stderr
