@@ -10,6 +10,8 @@ Invariants:
   its content (:func:`content_id`), so importing a file again adds nothing twice. Lines are
   split on ``\n`` only: U+2028, U+0085 and friends are valid inside a JSON string, so
   ``splitlines`` would cut good lines apart.
+- A one-shot ``search`` answers from what is indexed: it embeds at most ``SEARCH_EMBEDS``
+  missing vectors (what was just added), and says how many are found by keyword only.
 - ``search -k`` is clamped to :data:`~luna.memory.search.MAX_K` with a note; a ``--batch``
   file that is not UTF-8 text is one line, never a traceback.
 - Output for machines (``--json``) is one JSON object per line.
@@ -42,6 +44,7 @@ from luna.memory.search import MAX_K
 from luna.messages import clean_text, neutralize, terminal_json
 
 IMPORT_BATCH = 256
+SEARCH_EMBEDS = 128  # a one-shot search embeds at most about this many missing vectors
 MAX_LINE_BYTES = 1 << 20  # 1 MiB: a memory is a note, not a document
 SOURCES = ("user", "assistant", "tool", "import")
 
@@ -137,7 +140,16 @@ async def search_cmd(args: argparse.Namespace, cfg: Config) -> int:
     else:
         queries = [args.query]
     async with open_memory(cfg) as mem:
-        await mem.flush_index()
+        # What was just added is embedded now; a backlog (an interrupted reindex: every
+        # vector) is left to `reindex` or the running Luna, never waited for here.
+        await mem.flush_index(limit=SEARCH_EMBEDS)
+        left = await mem.count_unembedded() if mem.vector_enabled else 0
+        if left:
+            print(
+                f"note: {left} item(s) have no vector yet, so they are found by keyword only; "
+                "`luna memory reindex` (or a running Luna) embeds them",
+                file=sys.stderr,
+            )
         for query in queries:
             items = await mem.recall(query, scope=args.scope, k=args.k)
             if args.json:
