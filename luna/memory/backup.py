@@ -75,10 +75,12 @@ def make_backup(
     db_path = Path(db_path)
     if not db_path.is_file() or db_path.stat().st_size == 0:
         raise MemoryStoreError(f"there is no database to back up at {db_path}")
+    if target is not None and not Path(target).parent.is_dir():  # a typo, not a new folder
+        raise MemoryStoreError(f"there is no folder {Path(target).parent}; create it first")
     target = Path(target) if target is not None else default_target(db_path, auto=auto)
     if target.exists():
         raise MemoryStoreError(f"{target} already exists; give another file name")
-    target.parent.mkdir(parents=True, exist_ok=True)
+    target.parent.mkdir(parents=True, exist_ok=True)  # Luna's own backups/ folder
     tmp = target.with_name(f"{TMP_PREFIX}{target.name}")
     if lock is not None:
         lock.track(tmp)

@@ -37,7 +37,7 @@ from typing import Any
 
 from luna.config import Config
 from luna.errors import LunaError
-from luna.ids import id_argument
+from luna.ids import id_argument, scope_argument
 from luna.memory import Memory, normalize_timestamp
 from luna.memory.browse import recall_json
 from luna.memory.search import MAX_K
@@ -59,19 +59,25 @@ def add_parser(subparsers: Any) -> None:
     s.add_argument("-k", type=int, default=None, help="number of results (default recall_k)")
     s.add_argument("--json", action="store_true", help="one JSON line per query")
     s.add_argument("--batch", type=Path, help="file with one query per line")
-    s.add_argument("--scope", default="owner", help='"owner" or "user:<discord id>"')
+    s.add_argument(
+        "--scope", default="owner", type=scope_argument, help='"owner" or "user:<discord id>"'
+    )
     s.set_defaults(handler=search_cmd)
 
     ls = sub.add_parser("list", help="list stored memories, newest first")
     ls.add_argument("-n", "--limit", type=int, default=50, help="how many (default 50)")
-    ls.add_argument("--scope", default=None, help="only this scope (default: all)")
+    ls.add_argument(
+        "--scope", default=None, type=scope_argument, help="only this scope (default: all)"
+    )
     ls.add_argument("--json", action="store_true", help="one JSON line per memory")
     ls.set_defaults(handler=list_cmd)
 
     a = sub.add_parser("add", help="remember a note")
     a.add_argument("text", help="the note")
     a.add_argument("--importance", type=int, default=5, help="1-10 (default 5)")
-    a.add_argument("--scope", default="owner", help='"owner" or "user:<discord id>"')
+    a.add_argument(
+        "--scope", default="owner", type=scope_argument, help='"owner" or "user:<discord id>"'
+    )
     a.set_defaults(handler=add_cmd)
 
     f = sub.add_parser("forget", help="delete a memory by id")
@@ -87,7 +93,9 @@ def add_parser(subparsers: Any) -> None:
 
     im = sub.add_parser("import", help="import memories from a JSON-lines file")
     im.add_argument("file", type=Path, help='JSONL: {"text": ..., "id"?, "created_at"?, ...}')
-    im.add_argument("--scope", default="owner", help='"owner" or "user:<discord id>"')
+    im.add_argument(
+        "--scope", default="owner", type=scope_argument, help='"owner" or "user:<discord id>"'
+    )
     im.set_defaults(handler=import_cmd)
 
 

@@ -99,6 +99,11 @@ def _locked(cfg: Config, what: str, job: Callable[..., T], *args: Any) -> T:
 
 
 async def backup_cmd(args: argparse.Namespace, cfg: Config) -> int:
+    if args.file is not None and not args.file.parent.is_dir():  # a typo, not a new folder
+        print(
+            f"luna backup: there is no folder {args.file.parent}; create it first", file=sys.stderr
+        )
+        return 2
     try:
         result = await asyncio.to_thread(
             _locked, cfg, "backup", backup.make_backup, cfg.memory.db_path, args.file

@@ -65,3 +65,20 @@ def test_a_stdout_closed_early_ends_quietly(tmp_path: Path) -> None:
         os.close(write)
         assert proc.stderr == "", (args, proc.stderr)
         assert proc.returncode == 0, args
+
+
+def test_backup_to_a_missing_folder_and_a_bogus_scope_are_refused(tmp_path: Path) -> None:
+    from tests.ops.data_files import make_db
+
+    make_db(tmp_path / "data" / "luna.db", ["a note"])
+    done = run_luna(tmp_path, NO_LLM, "backup", str(tmp_path / "nonexistent" / "dir" / "x.db"))
+    assert done.returncode == 2, done.stdout
+    assert done.stderr == f"luna backup: there is no folder {tmp_path}/nonexistent/dir; create " \
+        "it first\n"  # fmt: skip
+    assert not (tmp_path / "nonexistent").exists()
+    assert run_luna(tmp_path, NO_LLM, "backup").returncode == 0  # backups/ itself is made
+    for args in (("add", "x", "--scope", "bogus"), ("list", "--scope", "user:"),
+                 ("search", "x", "--scope", "user:abc\n")):  # fmt: skip
+        done = run_luna(tmp_path, NO_LLM, "memory", *args)
+        assert done.returncode == 2, (args, done.stdout)
+        assert "is not a scope; give owner or user:<discord id>" in done.stderr, done.stderr
