@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from luna.memory.maintenance import MaintenanceLock
+from tests.fakes.llm_server import FakeLLMServer
 from tests.ops.data_files import make_db, memory_texts
 from tests.ops.running_luna import luna_env, run_luna
 
@@ -102,3 +103,20 @@ def test_kill9_during_backup_and_recover_leaves_nothing_the_next_run_keeps(
     assert "note: removed " in again.stderr and "that was killed" in again.stderr, again.stderr
     assert not [*backups.glob(".tmp-*"), *data.glob(".recover-*"), *data.glob(".tmp-*"),
                 *(tmp_path / "elsewhere").glob(".*")]  # fmt: skip
+
+
+def test_luna_start_removes_what_a_killed_backup_left(
+    tmp_path: Path, llm_server: FakeLLMServer
+) -> None:
+    data = tmp_path / "data"
+    make_db(data / "luna.db", ["a note"])
+    (data / "backups").mkdir()
+    left = [data / "backups" / ".tmp-luna-20260101-000000Z.db", data / ".tmp-restore-luna.db"]
+    for path in left:
+        path.write_bytes(b"x" * 1000)
+    (data / ".recover-123-abcd").mkdir()
+    (data / ".recover-123-abcd" / "damaged.db").write_bytes(b"x" * 1000)
+    done = run_luna(tmp_path, llm_server.url, "repl", "--no-embedded", input="/quit\n")
+    assert done.returncode == 0, done.stderr
+    assert "note: removed 3 temp copy(ies) left by a backup, restore or recover" in done.stderr
+    assert not [p for p in [*left, data / ".recover-123-abcd"] if p.exists()]
