@@ -117,7 +117,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             mode = args.command if args.command in ("repl", "web") else "auto"
             return asyncio.run(run_app(cfg, args, mode=mode))
-        return asyncio.run(handler(args, cfg))
+        code = asyncio.run(handler(args, cfg))
+        sys.stdout.flush()  # a closed pipe is found here, not at exit as "Exception ignored"
+        return code
+    except BrokenPipeError:  # `luna config show | head`: the reader has what it wanted
+        _drop_stdout()
+        return 0
     except ConfigError as e:
         print(f"luna: {e}", file=sys.stderr)
         return 2
@@ -129,6 +134,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's last flush cannot fail again."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 if __name__ == "__main__":

@@ -102,6 +102,7 @@ async def build_components(
     from luna.memory.embedding.embed_worker import EmbeddingProcess
     from luna.memory.librarian import Librarian
     from luna.memory.storage.backup import DailyBackups
+    from luna.memory.storage.maintenance import clean_at_start
     from luna.memory.storage.request_log import RequestLog
 
     memory = Memory(cfg.memory)
@@ -109,6 +110,9 @@ async def build_components(
     # quick_check first: never write to a damaged file; a lost one is not silently replaced.
     await memory.open(check=True, fresh=bool(getattr(args, "fresh_database", False)))
     stack.push_async_callback(_with_deadline, memory.close, 30.0, "database")
+    leftovers = await asyncio.to_thread(clean_at_start, cfg.data_dir)  # of a killed backup
+    if leftovers.paths:
+        print(leftovers.line(), file=sys.stderr)
     backups = DailyBackups(cfg.memory.db_path, cfg.memory.backups_keep)
     backups.start()  # at start when the newest is a day old, then daily; off the event loop
     stack.push_async_callback(_with_deadline, backups.stop, 10.0, "daily backups")

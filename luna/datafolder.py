@@ -8,6 +8,7 @@ Invariants:
   holder's pid (written into the file once the lock is taken).
 - Commands that only read (doctor, stats, memory search/list/stats, config show, backup) never
   take the lock; ``luna restore`` takes it for the swap, so no Luna can start halfway through.
+  Data commands also take their own lock, one at a time (``luna.memory.storage.maintenance``).
 - :func:`database_signs` lists what shows a database existed here (a saved REPL session, the
   request log, backups, a write-ahead log, held messages); a missing or empty database with such
   signs is refused at open, never silently replaced by an empty one.
@@ -141,13 +142,18 @@ def newest_backup(db_path: Path) -> Path | None:
 
 def set_aside(path: Path, label: str) -> list[Path]:
     """Rename ``path`` and its ``-wal``/``-shm`` files to ``<name>.<label>-<time>…``, keeping
-    them together (a WAL belongs to its database file); returns the new paths."""
+    them together (a WAL belongs to its database file); returns the new paths. A name already
+    taken gets ``-2``, ``-3``…: an aside file is never overwritten."""
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    base, n = f"{path.name}.{label}-{stamp}", 1
+    while any(path.with_name(f"{base}{s}").exists() for s in ("", "-wal", "-shm")):
+        n += 1  # two in one second: a rename must never replace an earlier aside file
+        base = f"{path.name}.{label}-{stamp}-{n}"
     moved = []
     for suffix in ("", "-wal", "-shm"):
         src = Path(f"{path}{suffix}")
         if src.exists():
-            dst = src.with_name(f"{path.name}.{label}-{stamp}{suffix}")
+            dst = src.with_name(f"{base}{suffix}")
             src.rename(dst)
             moved.append(dst)
     return moved

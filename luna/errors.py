@@ -18,6 +18,7 @@ line for any of them and log the traceback for the operator::
     │   └── DatabaseMissingError  the database is gone (or empty) where one existed
     ├── DataFolderInUseError  another Luna process runs on this data folder
     ├── ScheduleError      a scheduler request that cannot be done (a bad time, no right)
+    │   └── NoSuchTaskError    no task with that id (or none the asker may see)
     └── SkillError         a skill that cannot be installed, saved, found or changed
 
 Dependencies' exceptions are translated once, where the dependency is owned, with
@@ -98,6 +99,15 @@ class DataFolderInUseError(LunaError):
 class ScheduleError(LunaError):
     """A scheduler request that cannot be done (a bad time, no right, no such task): its
     message is one line for the person who asked, or for the model as a tool result."""
+
+
+class NoSuchTaskError(ScheduleError):
+    """No task with that id (or none the asker may see). The message names the model's
+    ``list_tasks``; the CLI says ``luna schedule list`` instead."""
+
+    def __init__(self, task_id: object) -> None:
+        super().__init__(f"there is no task #{task_id} (see list_tasks)")
+        self.task_id = task_id
 
 
 class SkillError(LunaError):

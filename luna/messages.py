@@ -7,8 +7,10 @@ Invariants:
   so malformed JSON is reported to the model instead of crashing the turn.
 - Agent events are what front-ends see while a turn runs; they carry no agent logic.
 - Text is valid Unicode wherever it is stored or sent: ``clean_text`` is the one repair.
-- Text shown on a terminal (the REPL, console log lines) goes through ``neutralize`` first:
-  its control characters, bidirectional controls included, are made visible, never obeyed.
+- Text shown on a terminal (the REPL, console log lines, every CLI command that prints stored,
+  model or server text) goes through ``neutralize`` first, JSON through ``terminal_json``:
+  its control characters, C1 and bidirectional controls included, are made visible, never
+  obeyed.
 """
 
 from __future__ import annotations
@@ -55,6 +57,17 @@ def neutralize(text: str) -> str:
     U+FFFD. One character at a time, so a sequence split across stream deltas is caught too.
     """
     return clean_text(text).translate(_CONTROLS)
+
+
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\ud800-\udfff" + "".join(chr(c) for c in BIDI_CONTROLS) + "]")
+
+
+def terminal_json(value: Any, *, indent: int | None = None) -> str:
+    """``value`` as JSON (non-ASCII kept) safe to print on a terminal: the same JSON value,
+    with DEL, every C1 control, bidirectional control and lone surrogate written as a
+    ``\\u`` escape (``json.dumps`` escapes C0 controls itself, but writes those raw)."""
+    text = json.dumps(value, ensure_ascii=False, indent=indent, default=str)
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def clean_value(value: Any) -> Any:

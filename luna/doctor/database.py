@@ -43,8 +43,7 @@ def _soundness(path: Path) -> CheckResult:
         newest = datafolder.newest_backup(path)
         back = f"; or go back to the newest backup: luna restore {newest}" if newest else ""
         shown = "not a SQLite database" if problems == [db.NOT_A_DATABASE] else (
-            f"fails PRAGMA quick_check: {problems[0]}"
-            + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else "")
+            f"fails PRAGMA quick_check: {db.first_problem(chr(10).join(problems))}"
         )  # fmt: skip
         return fail(
             name,

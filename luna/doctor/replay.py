@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 from typing import Any
 
@@ -21,6 +20,7 @@ import httpx
 
 from luna.config import Config
 from luna.memory.storage.request_log import LoggedRequest, RequestLog
+from luna.messages import neutralize, terminal_json
 
 SEND_TIMEOUT = 600.0
 
@@ -108,23 +108,24 @@ async def run_replay(args: argparse.Namespace, cfg: Config) -> int:
         step = requests.index(req) + 1
         again = await send_again(cfg, req.body) if args.send else None
         if args.json:
-            print(json.dumps({"step": step, "request": req.body, "recorded": req.reply,
-                              "again": again}, ensure_ascii=False))  # fmt: skip
+            print(terminal_json({"step": step, "request": req.body, "recorded": req.reply,
+                                 "again": again}))  # fmt: skip
             continue
         print(f"== step {step} of {len(requests)}, turn {req.turn_id}, {req.created_at}")
-        print(json.dumps(req.body, ensure_ascii=False, indent=1))
+        print(terminal_json(req.body, indent=1))
         if args.send:
-            print(f"-- recorded answer:\n{_answer(req.reply)}")
-            print(f"-- answer now:\n{_answer(again)}")
+            print(neutralize(f"-- recorded answer:\n{_answer(req.reply)}"))
+            print(neutralize(f"-- answer now:\n{_answer(again)}"))
     return 0
 
 
 async def _list(log: RequestLog, *, as_json: bool) -> int:
     rows = await asyncio.to_thread(log.sessions)
     if as_json:
-        print(json.dumps(rows))
+        print(terminal_json(rows))
     elif not rows:
         print("no requests recorded yet")
     for row in rows if not as_json else []:
-        print(f"{row['session_id']:<40} {row['requests']:>5} requests  last {row['last']}")
+        line = f"{row['session_id']:<40} {row['requests']:>5} requests  last {row['last']}"
+        print(neutralize(line))
     return 0

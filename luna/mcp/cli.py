@@ -19,6 +19,7 @@ from typing import Any
 
 from luna.config import Config
 from luna.mcp.manager import MCPManager
+from luna.messages import neutralize, terminal_json
 from luna.tools.registry import ToolRegistry
 
 Handler = Callable[[argparse.Namespace, Config], Awaitable[int]]
@@ -85,7 +86,7 @@ async def list_servers(args: argparse.Namespace, cfg: Config) -> int:
     try:
         print(f"servers file: {cfg.mcp.servers_file}")
         if manager.file_error:
-            print(f"error: {manager.file_error}")
+            print(neutralize(f"error: {manager.file_error}"))
             return 1
         rows = manager.status()
         if not rows:
@@ -95,8 +96,10 @@ async def list_servers(args: argparse.Namespace, cfg: Config) -> int:
         print(f"{'SERVER':<{width}}  {'STATE':<9} {'TRANSPORT':<9} {'EXPOSE':<7} TOOLS  ERROR")
         for s in rows:
             print(
-                f"{s.name:<{width}}  {s.state:<9} {s.transport:<9} {s.expose:<7} "
-                f"{s.tools:>5}  {s.error or ''}"
+                neutralize(
+                    f"{s.name:<{width}}  {s.state:<9} {s.transport:<9} {s.expose:<7} "
+                    f"{s.tools:>5}  {s.error or ''}"
+                )
             )
         return 0
     finally:
@@ -113,15 +116,15 @@ async def list_tools(args: argparse.Namespace, cfg: Config) -> int:
             return 1
         for s in manager.status():
             if s.state != "running":
-                print(f"# {s.name}: {s.state}{': ' + s.error if s.error else ''}")
+                print(neutralize(f"# {s.name}: {s.state}{': ' + s.error if s.error else ''}"))
         for name, _server, _original in manager.tools(args.server):
             info = registry.get(name)
             if info is None:
                 continue
             first_line = info.description.strip().splitlines()[0] if info.description else ""
-            print(f"{name}  [{info.expose}, {info.level}]  {first_line}")
+            print(neutralize(f"{name}  [{info.expose}, {info.level}]  {first_line}"))
             if args.schema:
-                print("    " + json.dumps(info.parameters, ensure_ascii=False))
+                print("    " + terminal_json(info.parameters))
         return 0
     finally:
         await manager.stop()
@@ -148,10 +151,13 @@ async def call_tool(args: argparse.Namespace, cfg: Config) -> int:
             print(f"no server named {server!r} in {cfg.mcp.servers_file}", file=sys.stderr)
             return 1
         if status.state != "running":
-            print(f"server {server!r} is {status.state}: {status.error or ''}", file=sys.stderr)
+            print(
+                neutralize(f"server {server!r} is {status.state}: {status.error or ''}"),
+                file=sys.stderr,
+            )
             return 1
         result = await manager.call(args.tool, arguments)
-        print(result.content)
+        print(neutralize(result.content))
         return 1 if result.is_error else 0
     finally:
         await manager.stop()

@@ -207,10 +207,13 @@ class Memory:
         if self._indexer is not None:
             self._indexer.wake()
 
-    async def flush_index(self, progress: Callable[[int], None] | None = None) -> int:
-        """Embed every doc still without a vector, now; returns how many were embedded."""
+    async def flush_index(
+        self, progress: Callable[[int], None] | None = None, *, limit: int | None = None
+    ) -> int:
+        """Embed every doc still without a vector (or about ``limit`` of them), now; returns
+        how many were embedded."""
         total = 0
-        while self.vector_enabled:
+        while self.vector_enabled and (limit is None or total < limit):
             try:
                 n = await index_batch(self.store, self.encoder, FLUSH_BATCH)
             except MemoryStoreError as exc:
@@ -471,6 +474,13 @@ class Memory:
             "vector_enabled": self.vector_enabled,
             "vector_error": self.vector_error,
         }
+
+    async def count_unembedded(self) -> int:
+        """How many docs have no vector yet (found by keyword only until they do)."""
+        rows = await asyncio.to_thread(
+            self.store.query, "SELECT count(*) FROM docs WHERE embedded = 0", ()
+        )
+        return int(rows[0][0])
 
     async def count_docs(self) -> int:
         return int((await asyncio.to_thread(self.store.query, "SELECT count(*) FROM docs"))[0][0])

@@ -4,13 +4,19 @@ Invariants:
 - Each command opens the memory database (``async with open_memory(cfg)``), does one job and
   closes it, also on failure; the exit code says whether it worked (import: non-zero when any
   line was skipped).
-- Bad input never raises a traceback: a malformed import line (bad JSON or UTF-8, a lone
-  surrogate, a date out of range) is reported with its line number and skipped, the rest
-  imports. Lines are split on ``\n`` only: U+2028, U+0085 and friends are valid inside a JSON
-  string, so ``splitlines`` would cut good lines apart.
+- Bad input never raises a traceback: a malformed import line (bad JSON or UTF-8, nested too
+  deeply, a lone surrogate, a date out of range, longer than ``MAX_LINE_BYTES``) is reported
+  with its line number and skipped, the rest imports. A line without an ``id`` gets one from
+  its content (:func:`content_id`), so importing a file again adds nothing twice. Lines are
+  split on ``\n`` only: U+2028, U+0085 and friends are valid inside a JSON string, so
+  ``splitlines`` would cut good lines apart.
+- A one-shot ``search`` answers from what is indexed: it embeds at most ``SEARCH_EMBEDS``
+  missing vectors (what was just added), and says how many are found by keyword only.
 - ``search -k`` is clamped to :data:`~luna.memory.recall.search.MAX_K` with a note; a ``--batch``
   file that is not UTF-8 text is one line, never a traceback.
 - Output for machines (``--json``) is one JSON object per line.
+- Stored text reaches the terminal only through ``neutralize`` (``terminal_json`` for JSON):
+  an imported memory or a chat message cannot drive the terminal (OSC 52, C1 codes).
 - Beside a running Luna (``luna.datafolder``): reading commands and ``add``/``import``/
   ``forget`` go through (WAL lets one process write while others read, a busy database is
   waited for, and the running Luna sees the change at its next query); ``reindex`` refuses,
@@ -22,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import json
 import sys
 from collections.abc import AsyncIterator
@@ -30,12 +37,15 @@ from typing import Any
 
 from luna.config import Config
 from luna.errors import LunaError
+from luna.ids import id_argument, scope_argument
 from luna.memory import Memory, normalize_timestamp
 from luna.memory.browse import recall_json
 from luna.memory.recall.search import MAX_K
-from luna.messages import clean_text
+from luna.messages import clean_text, neutralize, terminal_json
 
 IMPORT_BATCH = 256
+SEARCH_EMBEDS = 128  # a one-shot search embeds at most about this many missing vectors
+MAX_LINE_BYTES = 1 << 20  # 1 MiB: a memory is a note, not a document
 SOURCES = ("user", "assistant", "tool", "import")
 
 
@@ -49,23 +59,29 @@ def add_parser(subparsers: Any) -> None:
     s.add_argument("-k", type=int, default=None, help="number of results (default recall_k)")
     s.add_argument("--json", action="store_true", help="one JSON line per query")
     s.add_argument("--batch", type=Path, help="file with one query per line")
-    s.add_argument("--scope", default="owner", help='"owner" or "user:<discord id>"')
+    s.add_argument(
+        "--scope", default="owner", type=scope_argument, help='"owner" or "user:<discord id>"'
+    )
     s.set_defaults(handler=search_cmd)
 
     ls = sub.add_parser("list", help="list stored memories, newest first")
     ls.add_argument("-n", "--limit", type=int, default=50, help="how many (default 50)")
-    ls.add_argument("--scope", default=None, help="only this scope (default: all)")
+    ls.add_argument(
+        "--scope", default=None, type=scope_argument, help="only this scope (default: all)"
+    )
     ls.add_argument("--json", action="store_true", help="one JSON line per memory")
     ls.set_defaults(handler=list_cmd)
 
     a = sub.add_parser("add", help="remember a note")
     a.add_argument("text", help="the note")
     a.add_argument("--importance", type=int, default=5, help="1-10 (default 5)")
-    a.add_argument("--scope", default="owner", help='"owner" or "user:<discord id>"')
+    a.add_argument(
+        "--scope", default="owner", type=scope_argument, help='"owner" or "user:<discord id>"'
+    )
     a.set_defaults(handler=add_cmd)
 
     f = sub.add_parser("forget", help="delete a memory by id")
-    f.add_argument("id", type=int, help="memory id (see `luna memory list`)")
+    f.add_argument("id", type=id_argument("a memory"), help="memory id (see `luna memory list`)")
     f.set_defaults(handler=forget_cmd)
 
     st = sub.add_parser("stats", help="counts, database size, embedding model")
@@ -77,7 +93,9 @@ def add_parser(subparsers: Any) -> None:
 
     im = sub.add_parser("import", help="import memories from a JSON-lines file")
     im.add_argument("file", type=Path, help='JSONL: {"text": ..., "id"?, "created_at"?, ...}')
-    im.add_argument("--scope", default="owner", help='"owner" or "user:<discord id>"')
+    im.add_argument(
+        "--scope", default="owner", type=scope_argument, help='"owner" or "user:<discord id>"'
+    )
     im.set_defaults(handler=import_cmd)
 
 
@@ -130,27 +148,35 @@ async def search_cmd(args: argparse.Namespace, cfg: Config) -> int:
     else:
         queries = [args.query]
     async with open_memory(cfg) as mem:
-        await mem.flush_index()
+        # What was just added is embedded now; a backlog (an interrupted reindex: every
+        # vector) is left to `reindex` or the running Luna, never waited for here.
+        await mem.flush_index(limit=SEARCH_EMBEDS)
+        left = await mem.count_unembedded() if mem.vector_enabled else 0
+        if left:
+            print(
+                f"note: {left} item(s) have no vector yet, so they are found by keyword only; "
+                "`luna memory reindex` (or a running Luna) embeds them",
+                file=sys.stderr,
+            )
         for query in queries:
             items = await mem.recall(query, scope=args.scope, k=args.k)
             if args.json:
                 print(
-                    json.dumps(
-                        {"query": query, "results": [recall_json(i) for i in items]},
-                        ensure_ascii=False,
-                    ),
+                    terminal_json({"query": query, "results": [recall_json(i) for i in items]}),
                     flush=True,
                 )
                 continue
             if len(queries) > 1:
-                print(f"== {query}")
+                print(neutralize(f"== {query}"))
             if not items:
                 print("(nothing found)")
             for it in items:
                 ident = it.external_id if it.external_id is not None else it.id
                 print(
-                    f"{it.kind:<7} {ident!s:<8} {it.score:6.3f}  {it.created_at[:10]}  "
-                    f"[{it.source}] {' '.join(it.text.split())[:200]}"
+                    neutralize(
+                        f"{it.kind:<7} {ident!s:<8} {it.score:6.3f}  {it.created_at[:10]}  "
+                        f"[{it.source}] {' '.join(it.text.split())[:200]}"
+                    )
                 )
     return 0
 
@@ -160,12 +186,14 @@ async def list_cmd(args: argparse.Namespace, cfg: Config) -> int:
         rows = await mem.list_memories(scope=args.scope, limit=args.limit)
     for r in rows:
         if args.json:
-            print(json.dumps(r, ensure_ascii=False))
+            print(terminal_json(r))
             continue
         flag = f" (superseded by #{r['superseded_by']})" if r["superseded_by"] else ""
         print(
-            f"#{r['id']:<6} imp {r['importance']:>2}  {r['created_at'][:10]}  {r['scope']:<10} "
-            f"[{r['source']}] {r['text']}{flag}"
+            neutralize(
+                f"#{r['id']:<6} imp {r['importance']:>2}  {r['created_at'][:10]}  "
+                f"{r['scope']:<10} [{r['source']}] {r['text']}{flag}"
+            )
         )
     if not rows and not args.json:
         print("(no memories)")
@@ -193,10 +221,10 @@ async def stats_cmd(args: argparse.Namespace, cfg: Config) -> int:
     async with open_memory(cfg) as mem:
         stats = await mem.stats()
     if args.json:
-        print(json.dumps(stats))
+        print(terminal_json(stats))
     else:
         for key, value in stats.items():
-            print(f"{key:<16} {value}")
+            print(neutralize(f"{key:<16} {value}"))
     return 0
 
 
@@ -225,14 +253,28 @@ async def reindex_cmd(args: argparse.Namespace, cfg: Config) -> int:
 
 
 def _has_lone_surrogate(value: Any) -> bool:
-    """A string (or a string inside a list/dict) that cannot be stored as UTF-8."""
-    if isinstance(value, str):
-        return clean_text(value) != value
-    if isinstance(value, list):
-        return any(_has_lone_surrogate(v) for v in value)
-    if isinstance(value, dict):
-        return any(_has_lone_surrogate(k) or _has_lone_surrogate(v) for k, v in value.items())
+    """A string (or a string inside a list/dict) that cannot be stored as UTF-8; walked
+    without recursion, so no nesting depth can raise."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if clean_text(item) != item:
+                return True
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
     return False
+
+
+def content_id(record: dict[str, Any]) -> str:
+    """A stable id for a line without one, from what it says (text, time, speaker, session,
+    source): importing the same file again finds it already there instead of a duplicate."""
+    key = [record[k] for k in ("text", "created_at", "speaker", "session_id", "source")]
+    digest = hashlib.sha256(json.dumps(key, ensure_ascii=False).encode()).hexdigest()
+    return f"sha256:{digest[:24]}"
 
 
 def parse_import_line(line: str, default_session: str, scope: str) -> dict[str, Any]:
@@ -241,6 +283,8 @@ def parse_import_line(line: str, default_session: str, scope: str) -> dict[str, 
         obj = json.loads(line)
     except json.JSONDecodeError as e:
         raise ValueError(f"not valid JSON ({e.msg})") from None
+    except RecursionError:
+        raise ValueError("nested too deeply to be a memory") from None
     if not isinstance(obj, dict):
         raise ValueError("not a JSON object")
     if _has_lone_surrogate(obj):  # e.g. "\ud800": valid JSON, but no UTF-8 text
@@ -266,7 +310,7 @@ def parse_import_line(line: str, default_session: str, scope: str) -> dict[str, 
         raise ValueError(f'"source" must be one of {", ".join(SOURCES)}')
     speaker = obj.get("speaker")
     session = obj.get("session") or default_session
-    return {
+    record = {
         "text": text,
         "id": None if ext is None else str(ext),
         "created_at": created,
@@ -276,6 +320,9 @@ def parse_import_line(line: str, default_session: str, scope: str) -> dict[str, 
         "scope": scope,
         "importance": 5,
     }
+    if record["id"] is None:
+        record["id"] = content_id(record)
+    return record
 
 
 def _read_lines(path: Path) -> list[bytes]:
@@ -312,6 +359,15 @@ async def import_cmd(args: argparse.Namespace, cfg: Config) -> int:
                 for number, raw in enumerate(lines, start=1):
                     if not raw.strip():
                         bar.update(1)
+                        continue
+                    if len(raw) > MAX_LINE_BYTES:  # never parsed: JSON of 20 MB took 1.5 GB
+                        skipped += 1
+                        bar.update(1)
+                        tqdm.write(
+                            f"{args.file}:{number}: skipped: {len(raw):,} bytes, over the "
+                            f"{MAX_LINE_BYTES:,}-byte limit of a line",
+                            file=sys.stderr,
+                        )
                         continue
                     try:
                         line = raw.decode("utf-8")

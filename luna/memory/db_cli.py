@@ -2,7 +2,10 @@
 
 Invariants:
 - ``backup`` works while Luna runs (SQLite's online backup API: :mod:`luna.memory.storage.backup`);
-  it never takes the data folder's lock.
+  it never takes the running Luna's lock.
+- ``backup``, ``restore`` and ``db recover`` each hold the data commands' lock
+  (:mod:`luna.memory.storage.maintenance`): a second one on the folder is refused in one line while
+  the first works, and temp copies a killed one left are removed first, and said.
 - ``restore`` refuses while a Luna runs on the folder, and holds the folder's lock for the
   swap so none can start halfway; it checks the file first (``integrity_check``, a Luna
   database) and never deletes the current database: it is renamed aside, and the line says
@@ -17,13 +20,16 @@ import argparse
 import asyncio
 import datetime as dt
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from luna import datafolder
 from luna.config import Config
 from luna.errors import DataFolderInUseError, LunaError
-from luna.memory.storage import backup
+from luna.memory.storage import backup, maintenance
+
+T = TypeVar("T")
 
 
 def add_parser(subparsers: Any) -> None:
@@ -83,9 +89,25 @@ def _size(n: int) -> str:
     return f"{n} bytes"  # pragma: no cover
 
 
+def _locked(cfg: Config, what: str, job: Callable[..., T], *args: Any) -> T:
+    """``job(*args, lock=...)`` under the data commands' lock (``luna.memory.storage.maintenance``);
+    what a killed earlier command left is removed first, and said on stderr."""
+    with maintenance.held(cfg.data_dir, what) as (lock, leftovers):
+        if leftovers.paths:
+            print(leftovers.line(), file=sys.stderr)
+        return job(*args, lock=lock)
+
+
 async def backup_cmd(args: argparse.Namespace, cfg: Config) -> int:
+    if args.file is not None and not args.file.parent.is_dir():  # a typo, not a new folder
+        print(
+            f"luna backup: there is no folder {args.file.parent}; create it first", file=sys.stderr
+        )
+        return 2
     try:
-        result = await asyncio.to_thread(backup.make_backup, cfg.memory.db_path, args.file)
+        result = await asyncio.to_thread(
+            _locked, cfg, "backup", backup.make_backup, cfg.memory.db_path, args.file
+        )
     except LunaError as e:
         print(f"luna backup: {e}", file=sys.stderr)
         return 1
@@ -96,25 +118,30 @@ async def backup_cmd(args: argparse.Namespace, cfg: Config) -> int:
     return 0
 
 
+def _restore(cfg: Config, source: Path, *, lock: maintenance.MaintenanceLock) -> backup.Restored:
+    """With the data commands' lock held: refuse while a Luna runs, else swap the file."""
+    instance = datafolder.InstanceLock(cfg.data_dir)
+    try:
+        instance.acquire("restore")
+    except DataFolderInUseError as e:
+        raise DataFolderInUseError(
+            f"Luna is running on this data folder (pid {e.pid or 'unknown'}); stop it first: "
+            "the database cannot be swapped under a running Luna",
+            pid=e.pid,
+        ) from None
+    try:
+        return backup.restore_file(cfg.memory.db_path, source, lock)
+    finally:
+        instance.release()
+
+
 async def restore_cmd(args: argparse.Namespace, cfg: Config) -> int:
     db_path = cfg.memory.db_path
-    lock = datafolder.InstanceLock(cfg.data_dir)
     try:
-        await asyncio.to_thread(lock.acquire, "restore")
-    except DataFolderInUseError as e:
-        print(
-            f"luna restore: Luna is running on this data folder (pid {e.pid or 'unknown'}); "
-            "stop it first: the database cannot be swapped under a running Luna",
-            file=sys.stderr,
-        )
-        return 1
-    try:
-        done = await asyncio.to_thread(backup.restore_file, db_path, args.file)
+        done = await asyncio.to_thread(_locked, cfg, "restore", _restore, cfg, args.file)
     except LunaError as e:
         print(f"luna restore: {e}", file=sys.stderr)
         return 1
-    finally:
-        lock.release()
     print(
         f"restored {db_path} from {args.file}: {done.messages} messages, {done.memories} memories"
     )
@@ -135,7 +162,7 @@ async def recover_cmd(args: argparse.Namespace, cfg: Config) -> int:
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%SZ")
     output = args.output or cfg.data_dir / f"recovered-{stamp}.db"
     try:
-        report = await asyncio.to_thread(recover, source, output)
+        report = await asyncio.to_thread(_locked, cfg, "db recover", recover, source, output)
     except LunaError as e:
         print(f"luna db recover: {e}", file=sys.stderr)
         return 1

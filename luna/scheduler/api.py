@@ -23,7 +23,8 @@ from typing import Any
 
 from luna.config import Config
 from luna.config.timezone import zone_for
-from luna.errors import ScheduleError
+from luna.errors import NoSuchTaskError, ScheduleError
+from luna.ids import parse_id
 from luna.scheduler import rights, timing
 from luna.scheduler.clock import Clock, SystemClock
 from luna.scheduler.model import Requester, Run, Target, Task, TaskRequest, to_db
@@ -170,10 +171,14 @@ class Schedules:
         )
 
     async def get(self, task_id: int, who: Requester) -> Task:
+        """The task ``task_id`` if ``who`` may see it, else NoSuchTaskError (an id no task
+        can have, from the model or anyone, included: ``luna.ids``)."""
+        if parse_id(task_id) is None:
+            raise NoSuchTaskError(task_id)
         task = await asyncio.to_thread(self.store.get, task_id)
         creator = self._visible_creator(who)
         if task is None or (creator is not None and task.creator != creator):
-            raise ScheduleError(f"there is no task #{task_id} (see list_tasks)")
+            raise NoSuchTaskError(task_id)
         return task
 
     async def cancel(self, task_id: int, who: Requester) -> Task:

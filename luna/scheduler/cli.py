@@ -6,15 +6,21 @@ Invariants:
   the change within ``scheduler.poll_interval``.
 - A refusal (bad time, unknown id) is one line on stderr and exit code 1, never a traceback.
 - ``--json``: ``list`` and ``runs`` print one JSON object per line, the others one object.
+- A task's text and a run's output (the model's) reach the terminal only through
+  ``neutralize`` / ``terminal_json``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 from luna.config import Config
+from luna.errors import NoSuchTaskError, ScheduleError
+from luna.ids import id_argument
+from luna.messages import clean_text, neutralize, terminal_json
 from luna.scheduler.api import open_schedules, owner_target, task_json, task_line
 from luna.scheduler.model import Requester, TaskRequest
 
@@ -52,20 +58,30 @@ def add_parser(subparsers: Any) -> None:
         ("runs", runs_cmd, "a task's recent runs"),
     ):
         c = sub.add_parser(name, help=text)
-        c.add_argument("id", type=int, help="task id (see `luna schedule list`)")
+        c.add_argument("id", type=id_argument("a task"), help="task id (see `luna schedule list`)")
         c.add_argument("--json", action="store_true", help="print JSON")
         c.set_defaults(handler=handler)
 
 
+@contextlib.asynccontextmanager
+async def _schedules(cfg: Config) -> AsyncIterator[Any]:
+    """``open_schedules`` with the refusals worded for the command line."""
+    try:
+        async with open_schedules(cfg) as api:
+            yield api
+    except NoSuchTaskError as e:
+        raise ScheduleError(f"there is no task #{e.task_id} (see `luna schedule list`)") from None
+
+
 def _print_task(task: Any, as_json: bool, verb: str = "") -> None:
     if as_json:
-        print(json.dumps(task_json(task), ensure_ascii=False))
+        print(terminal_json(task_json(task)))
     else:
-        print(f"{verb}{task_line(task)}")
+        print(neutralize(f"{verb}{task_line(task)}"))
 
 
 async def list_cmd(args: argparse.Namespace, cfg: Config) -> int:
-    async with open_schedules(cfg) as api:
+    async with _schedules(cfg) as api:
         tasks = await api.list(Requester.owner(), include_finished=args.all, limit=10_000)
     for task in tasks:
         _print_task(task, args.json)
@@ -76,7 +92,7 @@ async def list_cmd(args: argparse.Namespace, cfg: Config) -> int:
 
 async def add_cmd(args: argparse.Namespace, cfg: Config) -> int:
     request = TaskRequest(
-        args.text,
+        clean_text(args.text),  # bytes that are not UTF-8 (surrogateescape) shown as U+FFFD
         "prompt" if args.prompt else "reminder",
         at=args.at,
         after=args.after,
@@ -84,21 +100,21 @@ async def add_cmd(args: argparse.Namespace, cfg: Config) -> int:
         every=args.every,
     )
     who = Requester.owner("cli", owner_target(cfg, args.to))
-    async with open_schedules(cfg) as api:
+    async with _schedules(cfg) as api:
         task = await api.add(request, who)
     _print_task(task, args.json, "scheduled ")
     return 0
 
 
 async def cancel_cmd(args: argparse.Namespace, cfg: Config) -> int:
-    async with open_schedules(cfg) as api:
+    async with _schedules(cfg) as api:
         task = await api.cancel(args.id, Requester.owner())
     _print_task(task, args.json, "cancelled ")
     return 0
 
 
 async def run_now_cmd(args: argparse.Namespace, cfg: Config) -> int:
-    async with open_schedules(cfg) as api:
+    async with _schedules(cfg) as api:
         task = await api.run_now(args.id, Requester.owner())
     _print_task(task, args.json, "due now: ")
     if not args.json:
@@ -110,14 +126,15 @@ async def run_now_cmd(args: argparse.Namespace, cfg: Config) -> int:
 
 
 async def runs_cmd(args: argparse.Namespace, cfg: Config) -> int:
-    async with open_schedules(cfg) as api:
+    async with _schedules(cfg) as api:
         runs = await api.runs(args.id, Requester.owner(), limit=50)
     for run in runs:
         if args.json:
-            print(json.dumps(run.to_json(), ensure_ascii=False))
+            print(terminal_json(run.to_json()))
         else:
             detail = run.error or (run.output or "").strip().replace("\n", " ")[:100]
-            print(f"run {run.id} {run.started_at:%Y-%m-%d %H:%M} UTC {run.status} {detail}")
+            when = f"{run.started_at:%Y-%m-%d %H:%M} UTC"
+            print(neutralize(f"run {run.id} {when} {run.status} {detail}"))
     if not runs and not args.json:
         print(f"task #{args.id} has not run yet")
     return 0

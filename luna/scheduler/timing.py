@@ -9,8 +9,9 @@ Invariants:
   real elapsed time.
 - Every refusal is a :class:`~luna.errors.ScheduleError` with one readable line: times and
   expressions must be ASCII, in the future, within ``max_horizon_days``; recurrences may not
-  fire more often than ``min_interval`` (checked over the next firings); a cron that never
-  fires in the horizon is refused. A one-off up to a minute in the past is clamped to now.
+  fire more often than ``min_interval`` (checked over the next firings, and around every
+  clock change of the task's zone in the horizon); a cron that never fires in the horizon,
+  or at all (``0 0 31 2 *``), is refused. A one-off up to a minute in the past is clamped to now.
 - :func:`next_run` is pure: the first run strictly after a given instant, or None.
 """
 
@@ -29,6 +30,8 @@ from luna.scheduler.model import Schedule, TaskRequest, to_db
 
 PAST_TOLERANCE_S = 60.0  # "at" this close behind now means now
 GAP_CHECKS = 60  # firings inspected for the min_interval rule
+DST_WINDOW_H = 26  # hours either side of a clock change inspected for it too
+DST_YEARS = 2  # clock changes this far ahead are inspected (the rules repeat yearly)
 _UNITS = {"w": 604_800, "d": 86_400, "h": 3_600, "m": 60, "s": 1}
 _DURATION = re.compile(r"(\d{1,15})([wdhms])")
 _LOCAL_FORMATS = ("%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S")
@@ -134,6 +137,10 @@ def check_cron(expr: str, zone: ZoneInfo, now: dt.datetime, limits: Limits) -> s
         it = CronSim(text, now.astimezone(zone))
         first = next(it).astimezone(dt.UTC)
     except CronSimError as e:
+        if _day_never_comes(fields):
+            raise ScheduleError(
+                f"cron {expr!r} never fires: none of its months has day {fields[2]}"
+            ) from None
         raise ScheduleError(f"cron {expr!r}: {str(e).lower()} field") from None
     except StopIteration:
         raise ScheduleError(f"cron {expr!r} never fires") from None
@@ -142,20 +149,71 @@ def check_cron(expr: str, zone: ZoneInfo, now: dt.datetime, limits: Limits) -> s
             f"cron {expr!r} does not fire within {limits.max_horizon_days} days "
             "(scheduler.max_horizon_days)"
         )
-    previous = first
-    for _ in range(GAP_CHECKS):
+    _check_gaps(expr, first, it, limits)
+    # A clock change can bring two firings closer than any ordinary day does (1:59 and the
+    # 3:01 after a spring-forward are 2 minutes apart): look at each one in the horizon too.
+    horizon = min(_horizon(now, limits), now + dt.timedelta(days=DST_YEARS * 366))
+    for change in clock_changes(zone, now, horizon):
+        window = CronSim(text, (change - dt.timedelta(hours=DST_WINDOW_H)).astimezone(zone))
+        try:
+            start = next(window).astimezone(dt.UTC)
+        except StopIteration:
+            continue
+        _check_gaps(expr, start, window, limits, until=change + dt.timedelta(hours=DST_WINDOW_H))
+    return text
+
+
+def _check_gaps(
+    expr: str,
+    previous: dt.datetime,
+    it: CronSim,
+    limits: Limits,
+    until: dt.datetime | None = None,
+) -> None:
+    """Refuse when two of the next firings after ``previous`` (up to ``GAP_CHECKS`` of them,
+    or until ``until``) are closer than ``min_interval``."""
+    for _ in range(GAP_CHECKS if until is None else GAP_CHECKS * 10):
         try:
             nxt = next(it).astimezone(dt.UTC)
         except StopIteration:
-            break
+            return
         gap = (nxt - previous).total_seconds()
         if 0 < gap < limits.min_interval:
             raise ScheduleError(
                 f"cron {expr!r} fires every {_human_seconds(gap)}; the shortest allowed is "
                 f"{_human_seconds(limits.min_interval)} (scheduler.min_interval)"
             )
+        if until is not None and nxt > until:
+            return
         previous = nxt
-    return text
+
+
+def clock_changes(zone: ZoneInfo, start: dt.datetime, end: dt.datetime) -> list[dt.datetime]:
+    """The instants (UTC, to the hour) at which ``zone``'s offset changes in [start, end]."""
+    changes = []
+    step = dt.timedelta(hours=1)
+    day = start.astimezone(dt.UTC).replace(minute=0, second=0, microsecond=0)
+    offset = day.astimezone(zone).utcoffset()
+    while day < end:  # a day at a time, then the hour within the day that changed
+        nxt = day + dt.timedelta(days=1)
+        if nxt.astimezone(zone).utcoffset() != offset:
+            hour = day
+            while hour.astimezone(zone).utcoffset() == offset:
+                hour += step
+            changes.append(hour)
+            offset = hour.astimezone(zone).utcoffset()
+        day = nxt
+    return changes
+
+
+def _day_never_comes(fields: list[str]) -> bool:
+    """Whether a cron cronsim refused has a valid day-of-month that none of its months has
+    (``0 0 31 2 *``): the expression is well-formed, it just never fires."""
+    try:
+        CronSim(" ".join([*fields[:3], "*", fields[4]]), dt.datetime(2000, 1, 1))
+    except CronSimError:
+        return False
+    return True
 
 
 def check_every(text: str, limits: Limits) -> float:

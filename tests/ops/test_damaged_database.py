@@ -7,6 +7,7 @@ database emptied or deleted while the data folder shows it existed is refused lo
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from pathlib import Path
 
@@ -142,3 +143,34 @@ def test_emptied_or_deleted_database_is_refused_loudly_until_asked_to_start_fres
     assert "A fresh start." in fresh.stdout
     again = run_luna(tmp_path, llm_server.url, "memory", "stats", "--json")
     assert again.returncode == 0 and json.loads(again.stdout)["messages"] == 2
+
+
+def test_a_many_problem_report_is_one_line_at_start_details_in_the_log(tmp_path: Path) -> None:
+    from tests.ops.data_files import make_db
+
+    db = make_db(tmp_path / "data" / "luna.db", [f"memory {i} " * 20 for i in range(3000)])
+    garble(db, [p for p, t, _ in table_pages(db, "memories") if t == "internal"])
+    start = run_luna(tmp_path, "http://127.0.0.1:9/v1", "repl", "--no-embedded", input="hi\n")
+    assert start.returncode == 1
+    line = one_line(start.stderr)
+    assert line.startswith(f"luna: the database {db} is damaged (Tree "), line
+    assert "more in the log)" in line and "`luna db recover`" in line
+    logged = "".join(p.read_text() for p in (tmp_path / "data" / "logs").glob("*.jsonl"))
+    assert "never used" in logged  # the whole quick_check report is in the log
+    doctor = run_luna(tmp_path, "http://127.0.0.1:9/v1", "doctor", "--only", "database")
+    assert doctor.returncode == 1 and "never used" not in doctor.stdout, doctor.stdout
+
+
+def test_recover_refuses_a_file_that_is_not_a_database(tmp_path: Path) -> None:
+    for name, content in (("random.bin", os.urandom(300_000)), ("notes.txt", b"hello\n")):
+        source = tmp_path / name
+        source.write_bytes(content)
+        out = tmp_path / f"{name}.recovered.db"
+        done = run_luna(tmp_path, "http://127.0.0.1:9/v1", "db", "recover", str(source),
+                        "-o", str(out))  # fmt: skip
+        assert done.returncode == 1, done.stdout
+        assert one_line(done.stderr) == (
+            f"luna db recover: {source} is not a SQLite database and holds nothing to "
+            "salvage; give the damaged luna.db (or restore a backup: `luna restore FILE`)"
+        )
+        assert "salvaged" not in done.stdout and not out.exists()

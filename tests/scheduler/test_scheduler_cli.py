@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -62,3 +63,53 @@ def test_cli_schedule_refusals_are_one_line_exit_1(tmp_path: Path) -> None:
         assert proc.returncode == 1, (args, proc.stderr)
         assert proc.stderr.startswith("luna: ") and message in proc.stderr, proc.stderr
         assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+HOSTILE = "call \x1b]52;c;SGVsbG8=\x07 the \x9b31m dentist \u202eevil\x1b[2J"
+RAW = ("\x1b", "\x07", "\x9b", "\u202e")
+
+
+def test_cli_schedule_output_neutralizes_escape_codes(tmp_path: Path) -> None:
+    added = luna(tmp_path, "add", HOSTILE, "--after", "1h")
+    assert added.returncode == 0, added.stderr
+    conn = sqlite3.connect(tmp_path / "data" / "luna.db")
+    conn.execute(
+        "INSERT INTO task_runs (task_id, due_at, started_at, finished_at, attempt, status, "
+        "output) VALUES (1, '2026-01-01T00:00:00.000+00:00', '2026-01-01T00:00:00.000+00:00', "
+        "'2026-01-01T00:00:01.000+00:00', 0, 'ok', ?)",
+        (HOSTILE,),
+    )
+    conn.commit()
+    conn.close()
+    shown = [added]
+    commands = [("list",), ("list", "--json"), ("runs", "1"), ("runs", "1", "--json")]
+    commands += [("run-now", "1"), ("run-now", "1", "--json"), ("cancel", "1", "--json")]
+    for args in commands:
+        done = luna(tmp_path, *args)
+        assert done.returncode == 0, (args, done.stderr)
+        shown.append(done)
+    for done in shown:
+        assert not [c for c in RAW if c in done.stdout], (done.args, done.stdout)
+        assert "dentist" in done.stdout
+    # (the scheduler drops C0 controls from a task's text when it stores it; C1 and bidi stay)
+    assert "\\x9b31m" in shown[1].stdout and "\\u202e" in shown[1].stdout
+    assert "\x9b31m" in json.loads(shown[2].stdout)["text"]  # the JSON keeps the value
+    assert json.loads(shown[4].stdout)["output"] == HOSTILE
+
+
+def test_cli_schedule_refuses_crons_closer_than_the_limit_at_a_clock_change(
+    tmp_path: Path,
+) -> None:
+    # 01:59 and 03:01 are 62 minutes apart on any day but the spring-forward one (2 minutes).
+    for expr, message in (
+        ("1,59 1,3 * * *", "fires every 2m; the shortest allowed is 5m"),
+        ("58 1 * * *", None),  # once a day: fine
+        ("0 0 31 2 *", "never fires: none of its months has day 31"),
+        ("0 0 32 * *", "bad day-of-month field"),
+    ):
+        done = luna(tmp_path, "add", "x", "--cron", expr)
+        if message is None:
+            assert done.returncode == 0, done.stderr
+            continue
+        assert done.returncode == 1, (expr, done.stdout)
+        assert message in done.stderr and done.stderr.count("\n") == 1, done.stderr

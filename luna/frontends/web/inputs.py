@@ -9,8 +9,7 @@ Invariants:
   nested deeper than ``MAX_JSON_DEPTH`` (``RecursionError`` included), holding a lone
   surrogate anywhere (a string no UTF-8 store or embedding model can take), not an object,
   or slower than ``BODY_TIMEOUT_S`` to arrive, is an ApiError with a 4xx and one line.
-- An id is 1-19 ASCII digits, from 1 to ``MAX_ID`` (SQLite's largest INTEGER): ``٣``,
-  ``1_0``, `` 5``, ``5\\n`` and ``2**63`` are refused here, never handed to SQLite.
+- An id is what :func:`luna.ids.parse_id` accepts (the one rule); anything else is a 400.
 """
 
 from __future__ import annotations
@@ -22,10 +21,10 @@ from typing import Any
 
 from aiohttp import web
 
+from luna.ids import id_rule, parse_id
+
 MAX_JSON_DEPTH = 64
-MAX_ID = 2**63 - 1
 BODY_TIMEOUT_S = 60.0
-_ID = re.compile(r"[0-9]{1,19}")
 _INT = re.compile(r"-?[0-9]{1,19}")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 
@@ -81,11 +80,10 @@ async def json_body(request: web.Request) -> dict[str, Any]:
 
 
 def path_id(request: web.Request, name: str, what: str) -> int:
-    """The id in the path's ``{name}``, or ApiError 400 naming ``what`` ("a memory")."""
-    raw = request.match_info[name]
-    value = int(raw) if _ID.fullmatch(raw) else 0
-    if not 1 <= value <= MAX_ID:
-        raise ApiError(400, f"{what} id is a whole number from 1 to {MAX_ID}")
+    """The id in the path's ``{name}`` (``luna.ids``), or ApiError 400 naming ``what``."""
+    value = parse_id(request.match_info[name])
+    if value is None:
+        raise ApiError(400, id_rule(what))
     return value
 
 

@@ -14,6 +14,8 @@ Invariants:
   ``luna-<UTC time>.db`` by default) are never deleted by Luna.
 - :func:`restore_file` checks a file the same way before it becomes the database, and renames
   the current database aside (with its ``-wal``/``-shm``), never deleting it.
+- Writing a backup, restoring and the daily backup hold the data commands' lock
+  (``luna.memory.storage.maintenance``): one at a time per folder, and their temp files are tracked.
 - Blocking; async callers use ``asyncio.to_thread`` (:class:`DailyBackups` does).
 """
 
@@ -29,8 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from luna import datafolder
-from luna.errors import DatabaseCorruptError, MemoryStoreError
+from luna.errors import DatabaseCorruptError, DataFolderInUseError, MemoryStoreError
 from luna.memory.storage import db
+from luna.memory.storage.maintenance import TMP_PREFIX, MaintenanceLock, held
 from luna.observe import log_event
 
 log = logging.getLogger(__name__)
@@ -58,16 +61,29 @@ def default_target(db_path: Path, *, auto: bool = False) -> Path:
     return datafolder.backups_dir(db_path) / f"{prefix}{stamp()}.db"
 
 
-def make_backup(db_path: Path, target: Path | None = None, *, auto: bool = False) -> BackupResult:
-    """Back ``db_path`` up to ``target`` (default: a timestamped file in ``backups/``)."""
+def make_backup(
+    db_path: Path,
+    target: Path | None = None,
+    *,
+    auto: bool = False,
+    lock: MaintenanceLock | None = None,
+) -> BackupResult:
+    """Back ``db_path`` up to ``target`` (default: a timestamped file in ``backups/``).
+
+    The caller holds the data folder's ``lock`` (``luna.memory.storage.maintenance``); its temp
+    file is tracked there, so a ``kill -9`` leaves nothing the next command does not remove."""
     db_path = Path(db_path)
     if not db_path.is_file() or db_path.stat().st_size == 0:
         raise MemoryStoreError(f"there is no database to back up at {db_path}")
+    if target is not None and not Path(target).parent.is_dir():  # a typo, not a new folder
+        raise MemoryStoreError(f"there is no folder {Path(target).parent}; create it first")
     target = Path(target) if target is not None else default_target(db_path, auto=auto)
     if target.exists():
         raise MemoryStoreError(f"{target} already exists; give another file name")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".tmp-{target.name}")
+    target.parent.mkdir(parents=True, exist_ok=True)  # Luna's own backups/ folder
+    tmp = target.with_name(f"{TMP_PREFIX}{target.name}")
+    if lock is not None:
+        lock.track(tmp)
     started = time.monotonic()
     try:
         _copy(db_path, tmp)
@@ -165,16 +181,18 @@ class Restored:
     aside: list[Path]
 
 
-def restore_file(db_path: Path, source: Path) -> Restored:
+def restore_file(db_path: Path, source: Path, lock: MaintenanceLock | None = None) -> Restored:
     """Check ``source``, set the current database aside, put a copy of ``source`` in place.
 
-    The caller holds the data folder's lock."""
+    The caller holds the data folder's locks (the running Luna's and the data commands')."""
     if source.resolve() == db_path.resolve():
         raise MemoryStoreError(f"{source} is the database itself; give a backup file")
     if not source.is_file():
         raise MemoryStoreError(f"there is no file {source}")
     check_file(source)
-    tmp = db_path.with_name(f".tmp-restore-{db_path.name}")
+    tmp = db_path.with_name(f"{TMP_PREFIX}restore-{db_path.name}")
+    if lock is not None:
+        lock.track(tmp)
     tmp.unlink(missing_ok=True)
     try:
         _copy(source, tmp)  # the online backup API reads a WAL-mode source whole
@@ -226,11 +244,20 @@ def _has_content(db_path: Path) -> bool:
 
 
 def daily_backup(db_path: Path, keep: int) -> BackupResult | None:
-    """One pass of the timer: back up when due, then rotate; None when nothing was due."""
+    """One pass of the timer: back up when due, then rotate; None when nothing was due, or
+    when another data command (``luna backup``, ``restore``) has the folder: the next pass
+    tries again."""
     if not is_due(db_path):
         return None
-    result = make_backup(db_path, auto=True)
-    removed = rotate(db_path, keep)
+    try:
+        with held(Path(db_path).parent, "daily backup") as (lock, leftovers):
+            if leftovers.paths:
+                log.warning("memory: %s", leftovers.line())
+            result = make_backup(db_path, auto=True, lock=lock)
+            removed = rotate(db_path, keep)
+    except DataFolderInUseError as exc:
+        log.info("memory: daily backup postponed: %s", exc)
+        return None
     log.info(
         "memory: daily backup %s (%d bytes, %d messages); %d old one(s) removed",
         result.path.name,

@@ -88,13 +88,23 @@ def is_damage(exc: BaseException) -> bool:
     return error_code(exc) in (SQLITE_CORRUPT, SQLITE_NOTADB)
 
 
+def first_problem(report: str) -> str:
+    """The first problem in an ``integrity_check``/``quick_check`` report, with how many more
+    there are: a report is many lines in one row ("*** in database main ***", "Page 42: never
+    used", ...), and a person needs one line."""
+    lines = [ln.strip() for ln in report.splitlines() if ln.strip()]
+    lines = [ln for ln in lines if not ln.startswith("*** in database")] or lines or [report]
+    more = f"; {len(lines) - 1} more in the log" if len(lines) > 1 else ""
+    return f"{lines[0]}{more}"
+
+
 def damage_error(path: Path | str, exc: BaseException | str) -> DatabaseCorruptError:
     """The one line for a damaged database: what happened and the two ways back."""
     path = Path(path)
     not_a_db = exc == NOT_A_DATABASE or (
         not isinstance(exc, str) and error_code(exc) == SQLITE_NOTADB
     )
-    what = "is not a SQLite database" if not_a_db else f"is damaged ({exc})"
+    what = "is not a SQLite database" if not_a_db else f"is damaged ({first_problem(str(exc))})"
     backups = path.parent / "backups"
     return DatabaseCorruptError(
         f"the database {path} {what}; Luna will not write to it. Salvage what is readable "

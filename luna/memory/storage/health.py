@@ -60,6 +60,10 @@ def check_sound(db_path: Path) -> None:
     started = time.monotonic()
     problems = db.quick_check(db_path)
     ms = (time.monotonic() - started) * 1000
-    log_event("memory_op", op="quick_check", duration_ms=round(ms, 1), count=len(problems))
+    report = "\n".join(problems)  # the whole report goes to the log, one line to the person
+    log_event(
+        "memory_op", op="quick_check", duration_ms=round(ms, 1), count=len(problems),
+        problems=report[:20_000] if problems else None,
+    )  # fmt: skip
     if problems:
-        raise db.damage_error(db_path, problems[0])
+        raise db.damage_error(db_path, report)

@@ -3,6 +3,8 @@
 Invariants:
 - The damaged file is only read: it is copied (with its write-ahead log) into a scratch folder,
   the log folded in there, and the copy read page by page (:mod:`luna.memory.storage.salvage`).
+- A file that is not a SQLite database (wrong header) and has no row to salvage is refused:
+  there is nothing to recover, and an empty "salvaged" file would only mislead.
 - The result is a new file, never written over an existing one: built as a temp file with the
   full current schema (the migrations), checked with ``integrity_check``, fsynced, renamed.
 - Its base tables (``BASE_TABLES``) get every salvaged row that fits the table (its columns'
@@ -19,16 +21,18 @@ Invariants:
 
 from __future__ import annotations
 
+import os
+import secrets
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from luna.errors import MemoryStoreError
+from luna.errors import DatabaseCorruptError, MemoryStoreError
 from luna.memory.storage import db
 from luna.memory.storage.backup import check_file
+from luna.memory.storage.maintenance import SCRATCH_PREFIX, TMP_PREFIX, MaintenanceLock
 from luna.memory.storage.salvage import Salvage, read_file
 from luna.memory.storage.store import Store
 
@@ -43,6 +47,7 @@ BASE_TABLES = (
     "deliveries",
     "session_heads",
 )
+SQLITE_HEADER = b"SQLite format 3\x00"
 REPORTED = ("messages", "memories", "sessions", "summaries", "scheduled_tasks")
 
 
@@ -73,8 +78,11 @@ class Column:
     is_rowid: bool  # INTEGER PRIMARY KEY: stored as NULL in the record, the rowid is the value
 
 
-def recover(source: Path, output: Path) -> RecoverReport:
-    """Salvage ``source`` into ``output`` (see the module invariants)."""
+def recover(source: Path, output: Path, lock: MaintenanceLock | None = None) -> RecoverReport:
+    """Salvage ``source`` into ``output`` (see the module invariants).
+
+    The caller holds the data commands' ``lock``; the scratch folder and the temp file are
+    tracked there, so a ``kill -9`` leaves nothing the next command does not remove."""
     started = time.monotonic()
     source, output = Path(source), Path(output)
     if not source.is_file():
@@ -82,11 +90,20 @@ def recover(source: Path, output: Path) -> RecoverReport:
     if output.exists():
         raise MemoryStoreError(f"{output} already exists; give another --output")
     output.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=".recover-", dir=output.parent))
-    tmp = output.with_name(f".tmp-{output.name}")
+    scratch = output.parent / f"{SCRATCH_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
+    tmp = output.with_name(f"{TMP_PREFIX}{output.name}")
+    if lock is not None:
+        lock.track(scratch)
+        lock.track(tmp)
+    scratch.mkdir(mode=0o700)
     try:
         copy, folded = _scratch_copy(source, scratch)
         found = read_file(copy)
+        if not _has_sqlite_header(source) and not any(found.rows.values()) and not found.orphans:
+            raise DatabaseCorruptError(
+                f"{source} is not a SQLite database and holds nothing to salvage; give the "
+                "damaged luna.db (or restore a backup: `luna restore FILE`)"
+            )
         originals = _original_counts(copy, found)
         used, left = _build(found, tmp)
         check_file(tmp)
@@ -102,6 +119,11 @@ def recover(source: Path, output: Path) -> RecoverReport:
     return RecoverReport(
         output, tables, len(found.bad_pages), used, left, folded, time.monotonic() - started
     )
+
+
+def _has_sqlite_header(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(16) == SQLITE_HEADER
 
 
 def _scratch_copy(source: Path, scratch: Path) -> tuple[Path, bool]:
