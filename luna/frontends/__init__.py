@@ -46,7 +46,8 @@ class Components:
 class Frontend(Protocol):
     name: str
 
-    async def run(self, stop: asyncio.Event) -> None: ...
+    async def run(self, stop: asyncio.Event) -> int | None:
+        """Serve until ``stop``; an exit code for the process (None: 0)."""
 
 
 def chosen(cfg: Config, mode: str) -> list[str]:

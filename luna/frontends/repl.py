@@ -4,7 +4,8 @@ Invariants:
 - stdin is read in a worker thread, so the event loop (and other sessions, MCP servers, the
   librarian) keeps running while the prompt waits.
 - Ctrl-C cancels the running turn, not the program; Ctrl-D / EOF or ``/quit`` exits with 0.
-- Piped (non-tty) stdin: one line per message, replies printed, exit 0 at EOF.
+- Piped (non-tty) stdin: one line per message, replies printed; a failed turn's error is one
+  ``luna: ...`` line on stderr, and the exit code at EOF is 1 if any turn failed, else 0.
 - The owner is at the keyboard: tools at level ``ask`` prompt y/N here (no answer = deny).
 - Everything printed goes through ``write`` or ``paint``, which neutralize control sequences
   (``luna.frontends.terminal``): a reply cannot clear the screen, retitle the window or write
@@ -225,6 +226,7 @@ class Repl:
         self.deliveries = deliveries  # luna.scheduler.delivery.DeliveryRouter, or None
         self._turn: asyncio.Task[None] | None = None
         self.stopping = asyncio.Event()
+        self.has_failed_turn = False
 
     def write(self, text: str) -> None:
         """Print text from anywhere: control sequences are shown, never obeyed."""
@@ -312,7 +314,9 @@ class Repl:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(signal.SIGINT)
             self.reader.save_history()
-        return 0
+        # A script piping messages in must be able to tell a failed turn; at the terminal
+        # the owner saw it.
+        return 1 if self.has_failed_turn and not self.interactive else 0
 
     def _on_sigint(self) -> None:
         if self._turn is not None and not self._turn.done():
@@ -391,7 +395,14 @@ class Repl:
                 )
                 at_line_start = True
             elif isinstance(event, TurnFailed):
-                self.paint("error", ("" if at_line_start else "\n") + f"error: {event.message}\n")
+                self.has_failed_turn = True
+                if self.interactive:
+                    line = ("" if at_line_start else "\n") + f"error: {event.message}\n"
+                    self.paint("error", line)
+                else:
+                    if not at_line_start:
+                        self.write("\n")
+                    print(neutralize(f"luna: {event.message}"), file=sys.stderr, flush=True)
                 at_line_start = True
             elif isinstance(event, TurnDone):
                 if not at_line_start:

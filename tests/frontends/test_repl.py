@@ -114,15 +114,16 @@ def test_repl_tool_calls_print_inline(tmp_path: Path, llm_server: FakeLLMServer)
     assert (tmp_path / "workspace" / "note.txt").read_text() == "hi"
 
 
-def test_repl_unreachable_llm_prints_one_line_and_keeps_serving(
+def test_repl_piped_failed_turn_says_its_error_once_and_exits_1(
     tmp_path: Path, unused_tcp_port: int
 ) -> None:
     url = f"http://127.0.0.1:{unused_tcp_port}/v1"
     proc = start_repl(tmp_path, url)
     out, err = proc.communicate("hello\n/session\n", timeout=120)
-    assert proc.returncode == 0, err
-    errors = [line for line in out.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and f"127.0.0.1:{unused_tcp_port}" in errors[0]
+    assert proc.returncode == 1, err  # a script can tell
+    # The error once, on stderr: no retry warnings, no log line repeating it.
+    assert err.splitlines() == [err.strip()], err
+    assert err.startswith("luna: cannot reach the LLM") and f"127.0.0.1:{unused_tcp_port}" in err
     assert "session repl-" in out  # still serving after the failure
     assert "Traceback" not in out + err
 
