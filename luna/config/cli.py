@@ -1,7 +1,8 @@
 """``luna config show`` and ``luna config set KEY VALUE``.
 
 Invariants:
-- ``set`` validates the whole resulting configuration (bounds included) before writing, and
+- ``set`` validates the whole resulting configuration (bounds included, and the checks start-up
+  makes across keys: the heartbeat) before writing, and
   writes atomically.
 - ``set`` edits the file with tomlkit: every comment, blank line and key order survives, so the
   documentation in config.toml is never lost.
@@ -100,13 +101,23 @@ def set_value(path: Path, key: str, raw: str) -> tuple[Any, Path | None]:
         table = tomlkit.table()
         doc[section] = table
     table[name] = value
-    # Validate the whole document as it will be written (raises ConfigError with the key).
-    build_config(doc.unwrap(), {}, base_dir=path.resolve().parent)
+    # Validate the whole document as it will be written (raises ConfigError with the key),
+    # and ask what start-up asks across keys: a file this writes is one Luna starts with.
+    cfg = build_config(doc.unwrap(), {}, base_dir=path.resolve().parent)
+    check_startup(cfg)
     backup = _backup(path) if path.exists() else None
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(tomlkit.dumps(doc), encoding="utf-8")
     os.replace(tmp, path)
     return value, backup
+
+
+def check_startup(cfg: Config) -> None:
+    """The start-up checks that span keys, beyond the schema (raises ConfigError)."""
+    # Imported here: the scheduler sits above config; only this command needs it.
+    from luna.scheduler.heartbeat import check_heartbeat
+
+    check_heartbeat(cfg, dt.datetime.now(dt.UTC))
 
 
 def _backup(path: Path) -> Path:

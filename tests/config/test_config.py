@@ -230,3 +230,19 @@ def test_cli_config_set_keeps_comments_order_and_dated_backups(tmp_path: Path) -
     assert refused.returncode == 2 and "1 ≤ x ≤ 86400" in refused.stderr
     assert path.read_text() == text  # a refused value changes nothing
     assert len(list(tmp_path.glob("config.toml.bak.*"))) == 2
+
+
+def test_cli_config_set_refuses_a_heartbeat_start_up_refuses(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text("[scheduler]\nheartbeat = true\n")
+    bad = run_luna("config", "set", "scheduler.heartbeat_cron", "not a cron", cwd=tmp_path)
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("luna: config: scheduler.heartbeat_cron: cron 'not a cron'")
+    assert "heartbeat_cron" not in path.read_text()  # unchanged
+    # Across keys: a cron that is harmless while the heartbeat is off blocks turning it on.
+    path.write_text('[scheduler]\nheartbeat_cron = "not a cron"\n')
+    on = run_luna("config", "set", "scheduler.heartbeat", "true", cwd=tmp_path)
+    assert on.returncode == 2 and "scheduler.heartbeat_cron" in on.stderr
+    assert "heartbeat =" not in path.read_text()
+    ok = run_luna("config", "set", "scheduler.heartbeat_cron", "0 8 * * 1-5", cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
