@@ -4,6 +4,7 @@ Invariants:
 - ``set`` validates the whole resulting configuration (bounds included, and the checks start-up
   makes across keys: the heartbeat) before writing, and
   writes atomically.
+- A list value is a JSON array or comma-separated, as ``config set --help`` says.
 - ``set`` edits the file with tomlkit: every comment, blank line and key order survives, so the
   documentation in config.toml is never lost.
 - Each ``set`` keeps the previous file as ``config.toml.bak.<timestamp>``; the oldest backup (the
@@ -18,6 +19,7 @@ import datetime as dt
 import json
 import os
 import shutil
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -61,9 +63,19 @@ async def show_config(args: argparse.Namespace, cfg: Config) -> int:
 
 
 def parse_value(section: str, name: str, raw: str) -> Any:
-    """The TOML value for ``raw``: JSON for lists, tables and numbers; strings stay strings."""
-    if field_types(section).get(name) in (str, Path):
+    """The TOML value for ``raw``: JSON for lists, tables and numbers; strings stay strings;
+    a list may also be written comma-separated (``A,B``), as ``config set --help`` says."""
+    tp = field_types(section).get(name)
+    if tp in (str, Path):
         return raw
+    if typing.get_origin(tp) is list and not raw.lstrip().startswith("["):
+        items = [part.strip() for part in raw.split(",")]
+        is_text = typing.get_args(tp)[0] in (str, Path)
+        return [item if is_text else _json_or_text(item) for item in items if item]
+    return _json_or_text(raw)
+
+
+def _json_or_text(raw: str) -> Any:
     try:
         return json.loads(raw)
     except json.JSONDecodeError:
@@ -76,12 +88,20 @@ def _check_key(key: str) -> tuple[str, str]:
             f"config: {key} is a secret; set {SECRET_KEYS[key]} in the environment instead"
         )
     section, _, name = key.partition(".")
-    if section not in SECTIONS or not name:
+    if section in SECTIONS and not name:
+        example = next(iter(SECTIONS[section].model_fields))
+        raise ConfigError(
+            f"config: [{section}] is a section; name one of its keys, like {section}.{example}"
+        )
+    if section not in SECTIONS:
         hint = did_you_mean(section, SECTIONS)
-        raise ConfigError(f"config: KEY must look like section.key, got {key!r}{hint}")
+        raise ConfigError(
+            f"config: there is no section [{section}]{hint}; a key looks like section.key, "
+            "like agent.max_rounds"
+        )
     if name not in SECTIONS[section].model_fields:
-        hint = did_you_mean(name, SECTIONS[section].model_fields)
-        raise ConfigError(f"config: unknown key {key}{hint}")
+        keys = [f"{section}.{k}" for k in SECTIONS[section].model_fields]
+        raise ConfigError(f"config: there is no key {key}{did_you_mean(key, keys)}")
     return section, name
 
 
