@@ -46,18 +46,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         help="config.toml to use (default: $LUNA_CONFIG or ./config.toml)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    run = sub.add_parser(
-        "run", help="run Luna (Discord bot if DISCORD_TOKEN is set, else the REPL)"
-    )
-    _add_run_args(run)
-    repl = sub.add_parser(
-        "repl", help="talk to Luna in the terminal (even if DISCORD_TOKEN is set)"
-    )
-    _add_run_args(repl)
-    web = sub.add_parser(
-        "web", help="run only the web page and HTTP API (needs LUNA_WEB_TOKEN; see [web])"
-    )
-    _add_run_args(web)
+    for name, summary, description in _RUN_HELP:
+        _add_run_args(sub.add_parser(name, help=summary, description=description))
     if not runs_luna(argv):
         for name in _COMMAND_MODULES:
             importlib.import_module(name).add_parser(sub)
@@ -66,6 +56,29 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 
 _RUN_COMMANDS = (None, "run", "repl", "web")
+_RUN_HELP = (  # (command, one line in `luna --help`, what `luna COMMAND --help` explains)
+    (
+        "run",
+        "run Luna (Discord bot if DISCORD_TOKEN is set, else the REPL)",
+        "Run Luna, as `luna` with no command does: the Discord bot when DISCORD_TOKEN is set, "
+        "otherwise a conversation in this terminal (the REPL); plus the web page when "
+        "[web] enabled = true. Runs until Ctrl-D, /quit or SIGTERM.",
+    ),
+    (
+        "repl",
+        "talk to Luna in the terminal (even if DISCORD_TOKEN is set)",
+        "Talk to Luna in this terminal, even when DISCORD_TOKEN is set. Ctrl-C cancels a reply, "
+        "Ctrl-D or /quit exits; /help lists the commands. With input piped in, each line is "
+        "one message; the exit code is 1 if a turn failed.",
+    ),
+    (
+        "web",
+        "run only the web page and HTTP API (needs LUNA_WEB_TOKEN; see [web])",
+        "Run only the web page and its HTTP API (an OpenAI-compatible endpoint too), without "
+        "Discord or a terminal conversation, whatever [web] enabled says. Needs LUNA_WEB_TOKEN "
+        "in the environment; the address is [web] host and port.",
+    ),
+)
 _OPTIONS_WITH_VALUE = ("--config", "--session")
 
 

@@ -178,7 +178,7 @@ async def _serve(frontends: list[Frontend], agent: Any, stop: asyncio.Event, gra
 async def run_app(cfg: Config, args: argparse.Namespace, mode: str = "auto") -> int:
     """Run Luna until EOF, /quit, SIGTERM or SIGINT."""
     names = frontends.chosen(cfg, mode)
-    frontends.check(names, cfg)
+    frontends.check(names, cfg, mode)
     instance = InstanceLock(cfg.data_dir)  # one Luna per data folder (luna.datafolder)
     await asyncio.to_thread(instance.acquire, "+".join(names))
     try:

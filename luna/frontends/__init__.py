@@ -60,10 +60,12 @@ def chosen(cfg: Config, mode: str) -> list[str]:
     return [*names, "web"] if cfg.web.enabled else names
 
 
-def check(names: list[str], cfg: Config) -> None:
+def check(names: list[str], cfg: Config, mode: str = "auto") -> None:
+    """Each front-end's own start-up check; ``mode`` as for :func:`chosen` (a hint may depend
+    on it: ``luna web`` runs the web page whatever ``web.enabled`` says)."""
     for name in names:
         module = importlib.import_module(MODULES[name])
-        module.check(cfg)
+        module.check(cfg, mode)
 
 
 def make(names: list[str], parts: Components, args: argparse.Namespace) -> list[Frontend]:

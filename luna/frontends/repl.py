@@ -53,7 +53,7 @@ HELP = """Commands:
 Ctrl-C cancels a running reply."""
 
 
-def check(cfg: Any) -> None:
+def check(cfg: Any, mode: str = "auto") -> None:
     """The terminal needs no settings of its own."""
 
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from luna.__main__ import build_parser, runs_luna
+from tests.luna_process import data_env
 
 COMMAND_MODULES = ("luna.config.cli", "luna.doctor.replay", "luna.scheduler.cli", "tomlkit")
 
@@ -52,3 +54,35 @@ def test_every_command_still_parses() -> None:
     assert args.handler is not None
     args = parser.parse_args(["repl", "--session", "s1"])
     assert args.command == "repl" and args.session == "s1"
+
+
+def _luna(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "luna", *args],
+        cwd=tmp_path,
+        env=data_env(tmp_path, "http://127.0.0.1:9/v1", **env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    ("command", "says"),
+    [("run", "DISCORD_TOKEN"), ("repl", "Ctrl-C cancels a reply"), ("web", "LUNA_WEB_TOKEN")],
+)
+def test_run_commands_help_describes_them(tmp_path: Path, command: str, says: str) -> None:
+    proc = _luna(tmp_path, command, "--help")
+    assert proc.returncode == 0, proc.stderr
+    description = " ".join(proc.stdout.split("\n\n")[1].split())  # after the usage line
+    assert says in description and not description.startswith("options:"), proc.stdout
+
+
+def test_luna_web_without_a_token_suggests_only_what_applies(tmp_path: Path) -> None:
+    alone = _luna(tmp_path, "web", "--no-embedded")
+    assert alone.returncode == 2
+    assert "LUNA_WEB_TOKEN" in alone.stderr and "web.enabled" not in alone.stderr
+    # Beside the REPL, web.enabled is what added the page: turning it off is a way out.
+    (tmp_path / "config.toml").write_text("[web]\nenabled = true\n")
+    beside = _luna(tmp_path, "repl", "--no-embedded")
+    assert beside.returncode == 2 and "web.enabled = false" in beside.stderr
