@@ -53,6 +53,9 @@ HELP = """Commands:
 Ctrl-C cancels a running reply."""
 
 
+MEMORY_CHARS = 200  # of a memory in /memories; the full text is in `luna memory list`
+
+
 def check(cfg: Any, mode: str = "auto") -> None:
     """The terminal needs no settings of its own."""
 
@@ -444,17 +447,26 @@ class Repl:
         return False
 
     async def _memories(self, query: str) -> None:
+        """One line per memory, ``[id] date text`` (the id /forget takes): those related to
+        ``query`` (see luna.memory.related), or the latest."""
         if query:
-            items = await self.memory.recall(query, scope="owner", session_id=None, k=10)
+            from luna.memory.related import related_memories
+
+            items = await related_memories(self.memory, query, scope="owner")
             if not items:
-                self.write("nothing found\n")
+                self.write(f"no memory is about {query!r}\n")
             for item in items:
-                date = str(item.created_at)[:10]
-                self.write(f"  [{item.kind} {item.id}] {date} {item.text[:200]}\n")
+                self.write(_memory_line(item.id, item.created_at, item.text))
             return
         rows = await self.memory.list_memories(scope="owner", limit=50)
         if not rows:
             self.write("no memories yet (/remember TEXT adds one)\n")
         for row in rows:
-            date = str(row.get("created_at", ""))[:10]
-            self.write(f"  [{row.get('id')}] {date} {str(row.get('text', ''))[:200]}\n")
+            self.write(_memory_line(row.get("id"), row.get("created_at", ""), row.get("text", "")))
+
+
+def _memory_line(memory_id: Any, created_at: Any, text: Any) -> str:
+    """One line however many the text has: a listing stays one memory a line."""
+    flat = " ".join(str(text).split())
+    shown = flat if len(flat) <= MEMORY_CHARS else flat[: MEMORY_CHARS - 1] + "…"
+    return f"  [{memory_id}] {str(created_at)[:10]} {shown}\n"
