@@ -2,7 +2,10 @@
 
 Without a command Luna runs: the Discord bot when ``DISCORD_TOKEN`` is set, else the REPL.
 Every command handler is ``async (args, cfg) -> exit code``; a LunaError becomes one line on
-stderr (exit 2 for configuration errors, 1 otherwise), never a traceback.
+stderr, never a traceback: ``luna <command>: message`` from a command, ``luna: message``
+before one runs and for a ConfigError (its message starts ``config:``). Exit codes: 2 for bad input
+(usage, UsageError, ConfigError), 1 for a runtime failure, 130 on Ctrl-C, and 141 (as if
+killed by SIGPIPE, quietly) when stdout is closed early (``luna config show | head -1``).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import sys
 from collections.abc import Sequence
 
 from luna import __version__
-from luna.errors import ConfigError, LunaError
+from luna.errors import ConfigError, LunaError, UsageError
 
 # Modules that contribute subcommands through ``add_parser(subparsers)``.
 _COMMAND_MODULES = (
@@ -115,9 +118,37 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def command_name(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> str:
+    """``luna`` and the subcommands named in ``argv``: ``luna memory search``."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    names, current, i = ["luna"], parser, 0
+    while i < len(args):
+        arg = args[i]
+        i += 2 if arg in _OPTIONS_WITH_VALUE else 1
+        if arg.startswith("-"):
+            continue
+        subs = [a for a in current._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs or arg not in subs[0].choices:
+            break
+        names.append(arg)
+        current = subs[0].choices[arg]
+    return " ".join(names)
+
+
+def _closed_stdout() -> int:
+    """The reader of stdout went away: say nothing, and let the interpreter's last flush
+    find somewhere to write."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(argv)
     args = parser.parse_args(argv)
+    where = "luna"  # until a command runs
     try:
         from pathlib import Path
 
@@ -130,15 +161,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             mode = args.command if args.command in ("repl", "web") else "auto"
             return asyncio.run(run_app(cfg, args, mode=mode))
-        return asyncio.run(handler(args, cfg))
-    except ConfigError as e:
+        where = command_name(parser, argv)
+        code = asyncio.run(handler(args, cfg))
+        sys.stdout.flush()  # here, where a closed stdout is caught, not at exit
+        return code
+    except BrokenPipeError:
+        return _closed_stdout()
+    except ConfigError as e:  # about the configuration, whichever command: "luna: config: ..."
         print(f"luna: {e}", file=sys.stderr)
         return 2
+    except UsageError as e:
+        print(f"{where}: {e}", file=sys.stderr)
+        return 2
     except LunaError as e:
-        print(f"luna: {e}", file=sys.stderr)
+        print(f"{where}: {e}", file=sys.stderr)
         return 1
     except OSError as e:  # a folder Luna cannot create, a file it cannot write, ...
-        print(f"luna: {e}", file=sys.stderr)
+        print(f"{where}: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

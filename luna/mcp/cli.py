@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from luna.config import Config
+from luna.errors import MCPError, UsageError
 from luna.mcp.manager import MCPManager
 from luna.tools.registry import ToolRegistry
 
@@ -109,8 +110,7 @@ async def list_tools(args: argparse.Namespace, cfg: Config) -> int:
     manager, registry = await _started(cfg, only)
     try:
         if args.server and args.server not in manager.servers:
-            print(f"no server named {args.server!r} in {cfg.mcp.servers_file}", file=sys.stderr)
-            return 1
+            raise UsageError(f"there is no server named {args.server!r} in {cfg.mcp.servers_file}")
         for s in manager.status():
             if s.state != "running":
                 print(f"# {s.name}: {s.state}{': ' + s.error if s.error else ''}")
@@ -132,24 +132,21 @@ async def call_tool(args: argparse.Namespace, cfg: Config) -> int:
     try:
         arguments: Any = json.loads(args.arguments)
     except json.JSONDecodeError as e:
-        print(f"arguments are not valid JSON: {e}", file=sys.stderr)
-        return 2
+        raise UsageError(f"ARGUMENTS is not valid JSON: {e}") from None
     if not isinstance(arguments, dict):
-        print("arguments must be a JSON object", file=sys.stderr)
-        return 2
+        raise UsageError('ARGUMENTS must be a JSON object, like \'{"path": "notes.txt"}\'')
     server, sep, _ = args.tool.partition("__")
     if not sep:
-        print("the tool name must be SERVER__TOOL (see `luna mcp tools`)", file=sys.stderr)
-        return 2
+        raise UsageError("the tool name must be SERVER__TOOL (see `luna mcp tools`)")
     manager, _ = await _started(cfg, [server])
     try:
         status = {s.name: s for s in manager.status()}.get(server)
         if status is None:
-            print(f"no server named {server!r} in {cfg.mcp.servers_file}", file=sys.stderr)
-            return 1
+            raise UsageError(f"there is no server named {server!r} in {cfg.mcp.servers_file}")
         if status.state != "running":
-            print(f"server {server!r} is {status.state}: {status.error or ''}", file=sys.stderr)
-            return 1
+            raise MCPError(
+                f"server {server!r} is {status.state}: {status.error or 'no reason given'}"
+            )
         result = await manager.call(args.tool, arguments)
         print(result.content)
         return 1 if result.is_error else 0

@@ -86,3 +86,43 @@ def test_luna_web_without_a_token_suggests_only_what_applies(tmp_path: Path) -> 
     (tmp_path / "config.toml").write_text("[web]\nenabled = true\n")
     beside = _luna(tmp_path, "repl", "--no-embedded")
     assert beside.returncode == 2 and "web.enabled = false" in beside.stderr
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["stats", "--days", "0"],
+        ["mcp", "call", "nope__tool", "{}"],
+        ["mcp", "call", "nope__tool", "{"],
+        ["--config", "config.toml", "mcp", "call", "nope__tool", "[]"],
+    ],
+)
+def test_bad_input_is_one_line_named_for_its_command_exit_2(
+    tmp_path: Path, argv: list[str]
+) -> None:
+    (tmp_path / "mcp_servers.json").write_text('{"servers": {}}')
+    (tmp_path / "config.toml").write_text("")
+    proc = _luna(tmp_path, *argv)
+    words = [a for a in argv if a in ("stats", "mcp", "call")]
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(f"luna {' '.join(words)}: "), proc.stderr
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr
+
+
+@pytest.mark.parametrize("argv", [["config", "show"], ["memory", "list"], ["stats"]])
+def test_a_closed_stdout_exits_quietly(tmp_path: Path, argv: list[str]) -> None:
+    (tmp_path / "mcp_servers.json").write_text('{"servers": {}}')
+    env = data_env(tmp_path, "http://127.0.0.1:9/v1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "luna", *argv],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before Luna writes (`luna ... | head -0`)
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 141, err  # as a program killed by SIGPIPE
+    assert err == "", err
