@@ -41,6 +41,7 @@ from luna.doctor.result import CheckResult, fail, in_thread, ok, skipped
 from luna.doctor.skills import check_skills
 from luna.doctor.web import check_web
 
+WAITING_NOTICE_S = 10.0  # `luna doctor` says what it still waits for this often
 GROUP_TIMEOUTS = {
     "config": 10.0,
     "llm": 300.0,
@@ -393,23 +394,33 @@ async def run_checks(
     *,
     only: list[str] | None = None,
     on_result: Callable[[CheckResult], None] | None = None,
+    on_waiting: Callable[[list[str], float], None] | None = None,
 ) -> list[CheckResult]:
-    """Run the checks concurrently; results come back (and go to ``on_result``) in order."""
+    """Run the checks concurrently; results come back in ``CHECKS`` order. ``on_result`` gets
+    each group's results as soon as that group finishes (a slow group, such as the embedding
+    model's first load, holds back no other), and ``on_waiting`` the groups still running and
+    the seconds so far, every ``WAITING_NOTICE_S`` without a result."""
     chosen = [(g, c) for g, c in CHECKS if not only or g in only]
-    tasks = [
-        asyncio.create_task(_guarded(g, c, cfg, GROUP_TIMEOUTS.get(g, 60.0))) for g, c in chosen
-    ]
-    results: list[CheckResult] = []
+    tasks = {
+        asyncio.create_task(_guarded(g, c, cfg, GROUP_TIMEOUTS.get(g, 60.0))): g for g, c in chosen
+    }
+    start = asyncio.get_running_loop().time()
+    pending = set(tasks)
     try:
-        for task in tasks:
-            for r in await task:
-                results.append(r)
-                if on_result:
+        while pending:
+            done, pending = await asyncio.wait(
+                pending, timeout=WAITING_NOTICE_S, return_when=asyncio.FIRST_COMPLETED
+            )
+            for task in sorted(done, key=list(tasks).index):
+                for r in task.result() if on_result else ():
                     on_result(r)
+            if not done and on_waiting:
+                waited = asyncio.get_running_loop().time() - start
+                on_waiting([tasks[t] for t in tasks if t in pending], waited)
     finally:
         for task in tasks:
             task.cancel()
-    return results
+    return [r for task in tasks for r in task.result()]
 
 
 def format_result(r: CheckResult, *, ascii_only: bool = False) -> str:
@@ -440,7 +451,13 @@ async def run_doctor(args: argparse.Namespace, cfg: Config) -> int:
         if not as_json:
             print(format_result(r, ascii_only=ascii_only), flush=True)
 
-    results = await run_checks(cfg, only=only, on_result=show)
+    def waiting(groups: list[str], seconds: float) -> None:
+        if not as_json:  # on stderr: stdout stays the results alone
+            print(f"  ... still checking {', '.join(groups)} ({seconds:.0f} s)", file=sys.stderr)
+
+    if not as_json:
+        print("checking (each line as its check finishes) ...", file=sys.stderr, flush=True)
+    results = await run_checks(cfg, only=only, on_result=show, on_waiting=waiting)
     failed = [r for r in results if r.failed]
     warned = [r for r in results if r.ok is False and not r.essential]
     if as_json:
