@@ -37,3 +37,35 @@ def test_doctor_prints_each_group_as_it_finishes(tmp_path: Path, llm_server: Fak
     assert "data folder" in first and first_at < SLOW_S, (first, first_at)
     assert out.index("data folder") < out.index("tool calls"), out
     assert "still checking llm" in err, err
+
+
+def _doctor_llm(tmp_path: Path, llm_server: FakeLLMServer) -> str:
+    (tmp_path / "mcp_servers.json").write_text('{"servers": {}}')
+    proc = subprocess.run(
+        [sys.executable, "-m", "luna", "doctor", "--only", "llm"],
+        cwd=tmp_path,
+        env=data_env(tmp_path, llm_server.url),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # the tool-call check failed
+    (fix,) = [line for line in proc.stdout.splitlines() if "fix:" in line and "tool" in line]
+    return fix
+
+
+def test_doctor_tells_a_model_that_cannot_call_tools_from_a_missing_jinja(
+    tmp_path: Path, llm_server: FakeLLMServer
+) -> None:
+    llm_server.default = Reply(content="Sure! Pinging now.")  # no call, none written as text
+    llm_server.supports_tool_calls = True  # the server was started with --jinja
+    fix = _doctor_llm(tmp_path, llm_server)
+    assert "cannot call tools" in fix and "start llama-server with --jinja" not in fix, fix
+    llm_server.supports_tool_calls = False  # a template without tool calling
+    (tmp_path / "b").mkdir()
+    fix = _doctor_llm(tmp_path / "b", llm_server)
+    assert "chat template has no tool calling" in fix, fix
+    llm_server.supports_tool_calls = None  # the server does not say: the flag is the suspect
+    llm_server.default = Reply(content='<tool_call>{"name": "ping"}</tool_call>')
+    (tmp_path / "c").mkdir()
+    assert "start llama-server with --jinja" in _doctor_llm(tmp_path / "c", llm_server)
