@@ -19,18 +19,23 @@ from collections.abc import Sequence
 from luna import __version__
 from luna.errors import ConfigError, LunaError, UsageError
 
-# Modules that contribute subcommands through ``add_parser(subparsers)``.
-_COMMAND_MODULES = (
-    "luna.config.cli",
-    "luna.memory.cli",
-    "luna.memory.db_cli",
-    "luna.mcp.cli",
-    "luna.doctor.checks",
-    "luna.doctor.replay",
-    "luna.observe.stats",
-    "luna.scheduler.cli",
-    "luna.skills.cli",
-)
+# The module that adds each command through ``add_parser(subparsers)``. A command named on the
+# command line gets only its module imported (``luna memory list`` pays nothing for MCP's or
+# the scheduler's imports); help, or a word that is no command, gets them all.
+_COMMANDS = {
+    "config": "luna.config.cli",
+    "memory": "luna.memory.cli",
+    "backup": "luna.memory.db_cli",
+    "restore": "luna.memory.db_cli",
+    "db": "luna.memory.db_cli",
+    "mcp": "luna.mcp.cli",
+    "doctor": "luna.doctor.checks",
+    "replay": "luna.doctor.replay",
+    "stats": "luna.observe.stats",
+    "schedule": "luna.scheduler.cli",
+    "skills": "luna.skills.cli",
+}
+_COMMAND_MODULES = tuple(dict.fromkeys(_COMMANDS.values()))
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
@@ -52,7 +57,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     for name, summary, description in _RUN_HELP:
         _add_run_args(sub.add_parser(name, help=summary, description=description))
     if not runs_luna(argv):
-        for name in _COMMAND_MODULES:
+        for name in _modules_for(argv):
             importlib.import_module(name).add_parser(sub)
     _add_run_args(parser)
     return parser
@@ -85,6 +90,27 @@ _RUN_HELP = (  # (command, one line in `luna --help`, what `luna COMMAND --help`
 _OPTIONS_WITH_VALUE = ("--config", "--session")
 
 
+def _first_word(args: list[str]) -> str | None:
+    i = 0
+    while i < len(args):
+        if args[i] in _OPTIONS_WITH_VALUE:
+            i += 2
+            continue
+        if not args[i].startswith("-"):
+            return args[i]
+        i += 1
+    return None
+
+
+def _modules_for(argv: Sequence[str] | None) -> tuple[str, ...]:
+    """The command modules to import for ``argv`` (see ``_COMMANDS``)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    command = _first_word(args)
+    if command in _COMMANDS and not ({"-h", "--help"} & set(args[: args.index(command)])):
+        return (_COMMANDS[command],)
+    return _COMMAND_MODULES
+
+
 def runs_luna(argv: Sequence[str] | None) -> bool:
     """Whether ``argv`` runs Luna itself (no command, ``run``, ``repl`` or ``web``) without
     asking for help: then the other commands' modules are not imported (about 1 MB of the
@@ -92,17 +118,7 @@ def runs_luna(argv: Sequence[str] | None) -> bool:
     args = list(sys.argv[1:] if argv is None else argv)
     if "-h" in args or "--help" in args:
         return False
-    command, i = None, 0
-    while i < len(args):
-        arg = args[i]
-        if arg in _OPTIONS_WITH_VALUE:
-            i += 2
-            continue
-        if not arg.startswith("-"):
-            command = arg
-            break
-        i += 1
-    return command in _RUN_COMMANDS
+    return _first_word(args) in _RUN_COMMANDS
 
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:

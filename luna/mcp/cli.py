@@ -15,12 +15,14 @@ import json
 import signal
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from luna.config import Config
 from luna.errors import MCPError, UsageError
-from luna.mcp.manager import MCPManager
-from luna.tools.registry import ToolRegistry
+
+if TYPE_CHECKING:  # imported when a command runs: the MCP SDK alone costs about 0.5 s
+    from luna.mcp.manager import MCPManager
+    from luna.tools.registry import ToolRegistry
 
 Handler = Callable[[argparse.Namespace, Config], Awaitable[int]]
 
@@ -73,6 +75,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 async def _started(cfg: Config, only: list[str] | None = None) -> tuple[MCPManager, ToolRegistry]:
+    from luna.mcp.manager import MCPManager
+    from luna.tools.registry import ToolRegistry
+
     registry = ToolRegistry(cfg)
     manager = MCPManager(cfg, registry)
     await manager.start(only=only)
