@@ -34,6 +34,7 @@ from luna.memory import Memory, normalize_timestamp
 from luna.memory.browse import recall_json
 from luna.memory.search import MAX_K
 from luna.messages import clean_text
+from luna.observe.progress import progress_bar
 
 IMPORT_BATCH = 256
 SOURCES = ("user", "assistant", "tool", "import")
@@ -201,8 +202,6 @@ async def stats_cmd(args: argparse.Namespace, cfg: Config) -> int:
 
 
 async def reindex_cmd(args: argparse.Namespace, cfg: Config) -> int:
-    from tqdm import tqdm
-
     from luna.datafolder import running_pid
 
     pid = await asyncio.to_thread(running_pid, cfg.data_dir)
@@ -215,7 +214,7 @@ async def reindex_cmd(args: argparse.Namespace, cfg: Config) -> int:
 
     async with open_memory(cfg, allow_model_change=True) as mem:
         total = await mem.count_docs()
-        with tqdm(total=total, unit="doc", desc="reindex", file=sys.stderr) as bar:
+        with progress_bar(total=total, unit="doc", desc="reindex") as bar:
             done = await mem.reindex(progress=bar.update)
     print(
         f"re-embedded {done} items with {cfg.memory.embedding_model} "
@@ -298,7 +297,7 @@ async def import_cmd(args: argparse.Namespace, cfg: Config) -> int:
     batch: list[dict[str, Any]] = []
     async with open_memory(cfg) as mem:
         try:
-            with tqdm(total=len(lines), unit="line", desc="import", file=sys.stderr) as bar:
+            with progress_bar(total=len(lines), unit="line", desc="import") as bar:
 
                 async def flush() -> None:
                     nonlocal imported, existing
