@@ -103,10 +103,10 @@ async def open_memory(cfg: Config, **kwargs: Any) -> AsyncIterator[Memory]:
 
 async def search_cmd(args: argparse.Namespace, cfg: Config) -> int:
     if args.batch is None and not args.query:
-        print("memory search: give a QUERY or --batch FILE", file=sys.stderr)
+        print("luna memory search: give a QUERY or --batch FILE", file=sys.stderr)
         return 2
     if args.k is not None and args.k < 1:
-        print("memory search: -k must be at least 1", file=sys.stderr)
+        print("luna memory search: -k must be at least 1", file=sys.stderr)
         return 2
     if args.k is not None and args.k > MAX_K:
         print(f"note: -k {args.k} is past the limit; showing at most {MAX_K}", file=sys.stderr)
@@ -115,18 +115,22 @@ async def search_cmd(args: argparse.Namespace, cfg: Config) -> int:
         try:
             text = await asyncio.to_thread(args.batch.read_text, encoding="utf-8")
         except OSError as e:
-            print(f"memory search: cannot read {args.batch}: {e.strerror or e}", file=sys.stderr)
+            print(
+                f"luna memory search: cannot read {args.batch}: {e.strerror or e}", file=sys.stderr
+            )
             return 2
         except UnicodeDecodeError as e:
             print(
-                f"memory search: {args.batch} is not UTF-8 text (byte {e.start}); --batch "
+                f"luna memory search: {args.batch} is not UTF-8 text (byte {e.start}); --batch "
                 "wants one query per line",
                 file=sys.stderr,
             )
             return 2
         queries = [q.strip() for q in text.split("\n") if q.strip()]
         if any("\x00" in q for q in queries):
-            print(f"memory search: {args.batch} holds binary data (NUL bytes)", file=sys.stderr)
+            print(
+                f"luna memory search: {args.batch} holds binary data (NUL bytes)", file=sys.stderr
+            )
             return 2
     else:
         queries = [args.query]
@@ -175,7 +179,7 @@ async def list_cmd(args: argparse.Namespace, cfg: Config) -> int:
 
 async def add_cmd(args: argparse.Namespace, cfg: Config) -> int:
     if not 1 <= args.importance <= 10:
-        print("memory add: --importance must be 1-10", file=sys.stderr)
+        print("luna memory add: --importance must be 1-10", file=sys.stderr)
         return 2
     async with open_memory(cfg) as mem:
         mem_id = await mem.add_memory(args.text, importance=args.importance, scope=args.scope)
@@ -207,7 +211,7 @@ async def reindex_cmd(args: argparse.Namespace, cfg: Config) -> int:
     pid = await asyncio.to_thread(running_pid, cfg.data_dir)
     if pid is not None:  # it drops every vector under the running Luna's indexer
         print(
-            f"memory reindex: Luna is running on this data folder (pid {pid}); stop it first",
+            f"luna memory reindex: Luna is running on this data folder (pid {pid}); stop it first",
             file=sys.stderr,
         )
         return 1
@@ -288,7 +292,7 @@ async def import_cmd(args: argparse.Namespace, cfg: Config) -> int:
     try:
         lines = await asyncio.to_thread(_read_lines, args.file)
     except OSError as e:
-        print(f"memory import: cannot read {args.file}: {e.strerror or e}", file=sys.stderr)
+        print(f"luna memory import: cannot read {args.file}: {e.strerror or e}", file=sys.stderr)
         return 2
     if lines and not lines[-1].strip():
         lines.pop()  # the newline that ends the last line
@@ -332,7 +336,7 @@ async def import_cmd(args: argparse.Namespace, cfg: Config) -> int:
                         await flush()
                 await flush()
         except LunaError as e:
-            print(f"memory import: {e}", file=sys.stderr)
+            print(f"luna memory import: {e}", file=sys.stderr)
             return 1
     print(f"imported {imported}, skipped {skipped} malformed line(s), {existing} already present")
     return 1 if skipped else 0

@@ -107,6 +107,7 @@ def test_luna_web_without_a_token_suggests_only_what_applies(tmp_path: Path) -> 
         ["mcp", "call", "nope__tool", "{}"],
         ["mcp", "call", "nope__tool", "{"],
         ["--config", "config.toml", "mcp", "call", "nope__tool", "[]"],
+        ["memory", "search", "-k", "0", "bikes"],
     ],
 )
 def test_bad_input_is_one_line_named_for_its_command_exit_2(
@@ -115,7 +116,7 @@ def test_bad_input_is_one_line_named_for_its_command_exit_2(
     (tmp_path / "mcp_servers.json").write_text('{"servers": {}}')
     (tmp_path / "config.toml").write_text("")
     proc = _luna(tmp_path, *argv)
-    words = [a for a in argv if a in ("stats", "mcp", "call")]
+    words = [a for a in argv if a in ("stats", "mcp", "call", "memory", "search")]
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith(f"luna {' '.join(words)}: "), proc.stderr
     assert len(proc.stderr.splitlines()) == 1, proc.stderr
