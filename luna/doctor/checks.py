@@ -37,9 +37,18 @@ from luna.config import Config
 from luna.config.secrets import discord_bot_id, discord_token_problem
 from luna.doctor.database import check_database
 from luna.doctor.llm import check_llm
-from luna.doctor.result import CheckResult, fail, in_thread, ok, skipped
+from luna.doctor.result import (
+    CheckResult,
+    can_print_unicode,
+    fail,
+    format_result,
+    in_thread,
+    ok,
+    skipped,
+)
 from luna.doctor.skills import check_skills
 from luna.doctor.web import check_web
+from luna.errors import ConfigError
 
 WAITING_NOTICE_S = 10.0  # `luna doctor` says what it still waits for this often
 GROUP_TIMEOUTS = {
@@ -69,6 +78,12 @@ async def check_config(cfg: Config) -> list[CheckResult]:
         where = str(cfg.path)
     n_file = sum(1 for s in cfg.sources.values() if s == "file")
     n_env = sum(1 for s in cfg.sources.values() if s.startswith("env"))
+    from luna.config.cli import check_startup  # what start-up checks across keys
+
+    try:
+        check_startup(cfg)
+    except ConfigError as e:
+        return [fail("config", f"{where}: Luna will not start: {e}", "fix the key it names")]
     return [ok("config", f"{where}; {n_file} keys from the file, {n_env} from the environment")]
 
 
@@ -423,29 +438,11 @@ async def run_checks(
     return [r for task in tasks for r in task.result()]
 
 
-def format_result(r: CheckResult, *, ascii_only: bool = False) -> str:
-    mark = r.mark
-    if ascii_only:
-        mark = {"✓": "OK", "✗": "FAIL", "⚠": "WARN", "–": "-"}[mark]
-    line = f"{mark} {r.name}: {r.detail}"
-    if r.ok is False and r.fix:
-        line += f"\n    fix: {r.fix}"
-    return line
-
-
-def _can_print_unicode() -> bool:
-    try:
-        "✓✗⚠–".encode(sys.stdout.encoding or "ascii")
-    except (UnicodeEncodeError, LookupError):
-        return False
-    return True
-
-
 async def run_doctor(args: argparse.Namespace, cfg: Config) -> int:
     """Handler for ``luna doctor``: exit 0 when every essential check passes, else 1."""
     only = getattr(args, "only", None) or None
     as_json = bool(getattr(args, "json", False))
-    ascii_only = not _can_print_unicode()
+    ascii_only = not can_print_unicode()
 
     def show(r: CheckResult) -> None:
         if not as_json:

@@ -69,3 +69,17 @@ def test_doctor_tells_a_model_that_cannot_call_tools_from_a_missing_jinja(
     llm_server.default = Reply(content='<tool_call>{"name": "ping"}</tool_call>')
     (tmp_path / "c").mkdir()
     assert "start llama-server with --jinja" in _doctor_llm(tmp_path / "c", llm_server)
+
+
+def test_doctor_refuses_a_config_start_up_would_refuse(tmp_path: Path) -> None:
+    (tmp_path / "config.toml").write_text('[scheduler]\nheartbeat = true\nheartbeat_cron = "x"\n')
+    proc = subprocess.run(
+        [sys.executable, "-m", "luna", "doctor", "--only", "config"],
+        cwd=tmp_path,
+        env=data_env(tmp_path, "http://127.0.0.1:9/v1"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1, proc.stdout  # was: "Luna is ready." and exit 0
+    assert "Luna will not start" in proc.stdout and "scheduler.heartbeat_cron" in proc.stdout
