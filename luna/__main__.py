@@ -15,6 +15,7 @@ import asyncio
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from luna import __version__
 from luna.errors import ConfigError, LunaError, UsageError
@@ -151,6 +152,13 @@ def command_name(parser: argparse.ArgumentParser, argv: Sequence[str] | None) ->
     return " ".join(names)
 
 
+def _check_config(cfg: Any) -> None:
+    """Start-up's checks across keys (imported only when a command asks)."""
+    from luna.scheduler.heartbeat import check_config
+
+    check_config(cfg)
+
+
 def _closed_stdout() -> int:
     """The reader of stdout went away: say nothing, and let the interpreter's last flush
     find somewhere to write."""
@@ -178,6 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             mode = args.command if args.command in ("repl", "web") else "auto"
             return asyncio.run(run_app(cfg, args, mode=mode))
         where = command_name(parser, argv)
+        args.check_config = _check_config  # for `config set`: config sits below the scheduler
         code = asyncio.run(handler(args, cfg))
         sys.stdout.flush()  # here, where a closed stdout is caught, not at exit
         return code

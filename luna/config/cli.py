@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -105,8 +106,12 @@ def _check_key(key: str) -> tuple[str, str]:
     return section, name
 
 
-def set_value(path: Path, key: str, raw: str) -> tuple[Any, Path | None]:
-    """Validate and write one key; returns (value written, backup file or None)."""
+def set_value(
+    path: Path, key: str, raw: str, *, check: Callable[[Config], None] | None = None
+) -> tuple[Any, Path | None]:
+    """Validate and write one key; returns (value written, backup file or None). ``check`` is
+    start-up's check across keys (``luna.scheduler.heartbeat.check_config``), passed in by
+    the layer that may import it: config sits below the scheduler."""
     section, name = _check_key(key)
     try:
         text = path.read_text(encoding="utf-8") if path.exists() else ""
@@ -124,20 +129,13 @@ def set_value(path: Path, key: str, raw: str) -> tuple[Any, Path | None]:
     # Validate the whole document as it will be written (raises ConfigError with the key),
     # and ask what start-up asks across keys: a file this writes is one Luna starts with.
     cfg = build_config(doc.unwrap(), {}, base_dir=path.resolve().parent)
-    check_startup(cfg)
+    if check is not None:
+        check(cfg)
     backup = _backup(path) if path.exists() else None
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(tomlkit.dumps(doc), encoding="utf-8")
     os.replace(tmp, path)
     return value, backup
-
-
-def check_startup(cfg: Config) -> None:
-    """The start-up checks that span keys, beyond the schema (raises ConfigError)."""
-    # Imported here: the scheduler sits above config; only this command needs it.
-    from luna.scheduler.heartbeat import check_heartbeat
-
-    check_heartbeat(cfg, dt.datetime.now(dt.UTC))
 
 
 def _backup(path: Path) -> Path:
@@ -152,7 +150,7 @@ def _backup(path: Path) -> Path:
 
 async def set_config(args: argparse.Namespace, cfg: Config) -> int:
     path = cfg.path or default_config_path()
-    value, backup = set_value(path, args.key, args.value)
+    value, backup = set_value(path, args.key, args.value, check=args.check_config)
     print(f"{args.key} = {value!r} written to {path}")
     if backup is not None:
         print(f"previous file kept as {backup.name}")

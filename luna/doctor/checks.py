@@ -78,10 +78,10 @@ async def check_config(cfg: Config) -> list[CheckResult]:
         where = str(cfg.path)
     n_file = sum(1 for s in cfg.sources.values() if s == "file")
     n_env = sum(1 for s in cfg.sources.values() if s.startswith("env"))
-    from luna.config.cli import check_startup  # what start-up checks across keys
+    from luna.scheduler.heartbeat import check_config as check_start_up
 
     try:
-        check_startup(cfg)
+        check_start_up(cfg)
     except ConfigError as e:
         return [fail("config", f"{where}: Luna will not start: {e}", "fix the key it names")]
     return [ok("config", f"{where}; {n_file} keys from the file, {n_env} from the environment")]

@@ -15,7 +15,7 @@ from luna.errors import ConfigError, ScheduleError
 from luna.scheduler.model import Schedule, Target, owner_target
 from luna.scheduler.timing import Limits, check_cron
 
-__all__ = ["check_heartbeat", "heartbeat_schedule", "heartbeat_target", "limits_of"]
+__all__ = ["check_config", "check_heartbeat", "heartbeat_schedule", "heartbeat_target", "limits_of"]
 
 
 def limits_of(cfg: Config) -> Limits:
@@ -44,3 +44,9 @@ def check_heartbeat(cfg: Config, now: dt.datetime) -> None:
     if cfg.scheduler.enabled and cfg.scheduler.heartbeat:
         heartbeat_schedule(cfg, now)
         heartbeat_target(cfg)
+
+
+def check_config(cfg: Config) -> None:
+    """Start-up's checks across keys, now: what ``luna config set``, the web page's settings
+    and ``luna doctor`` ask before they call a configuration good."""
+    check_heartbeat(cfg, dt.datetime.now(dt.UTC))
