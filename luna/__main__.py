@@ -2,7 +2,10 @@
 
 Without a command Luna runs: the Discord bot when ``DISCORD_TOKEN`` is set, else the REPL.
 Every command handler is ``async (args, cfg) -> exit code``; a LunaError becomes one line on
-stderr (exit 2 for configuration errors, 1 otherwise), never a traceback.
+stderr, never a traceback: ``luna <command>: message`` from a command, ``luna: message``
+before one runs and for a ConfigError (its message starts ``config:``). Exit codes: 2 for bad input
+(usage, UsageError, ConfigError), 1 for a runtime failure, 130 on Ctrl-C, and 141 (as if
+killed by SIGPIPE, quietly) when stdout is closed early (``luna config show | head -1``).
 """
 
 from __future__ import annotations
@@ -12,22 +15,28 @@ import asyncio
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from luna import __version__
-from luna.errors import ConfigError, LunaError
+from luna.errors import ConfigError, LunaError, UsageError
 
-# Modules that contribute subcommands through ``add_parser(subparsers)``.
-_COMMAND_MODULES = (
-    "luna.config.cli",
-    "luna.memory.cli",
-    "luna.memory.db_cli",
-    "luna.mcp.cli",
-    "luna.doctor.checks",
-    "luna.doctor.replay",
-    "luna.observe.stats",
-    "luna.scheduler.cli",
-    "luna.skills.cli",
-)
+# The module that adds each command through ``add_parser(subparsers)``. A command named on the
+# command line gets only its module imported (``luna memory list`` pays nothing for MCP's or
+# the scheduler's imports); help, or a word that is no command, gets them all.
+_COMMANDS = {
+    "config": "luna.config.cli",
+    "memory": "luna.memory.cli",
+    "backup": "luna.memory.db_cli",
+    "restore": "luna.memory.db_cli",
+    "db": "luna.memory.db_cli",
+    "mcp": "luna.mcp.cli",
+    "doctor": "luna.doctor.checks",
+    "replay": "luna.doctor.replay",
+    "stats": "luna.observe.stats",
+    "schedule": "luna.scheduler.cli",
+    "skills": "luna.skills.cli",
+}
+_COMMAND_MODULES = tuple(dict.fromkeys(_COMMANDS.values()))
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
@@ -46,27 +55,61 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         help="config.toml to use (default: $LUNA_CONFIG or ./config.toml)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    run = sub.add_parser(
-        "run", help="run Luna (Discord bot if DISCORD_TOKEN is set, else the REPL)"
-    )
-    _add_run_args(run)
-    repl = sub.add_parser(
-        "repl", help="talk to Luna in the terminal (even if DISCORD_TOKEN is set)"
-    )
-    _add_run_args(repl)
-    web = sub.add_parser(
-        "web", help="run only the web page and HTTP API (needs LUNA_WEB_TOKEN; see [web])"
-    )
-    _add_run_args(web)
+    for name, summary, description in _RUN_HELP:
+        _add_run_args(sub.add_parser(name, help=summary, description=description))
     if not runs_luna(argv):
-        for name in _COMMAND_MODULES:
+        for name in _modules_for(argv):
             importlib.import_module(name).add_parser(sub)
     _add_run_args(parser)
     return parser
 
 
 _RUN_COMMANDS = (None, "run", "repl", "web")
+_RUN_HELP = (  # (command, one line in `luna --help`, what `luna COMMAND --help` explains)
+    (
+        "run",
+        "run Luna (Discord bot if DISCORD_TOKEN is set, else the REPL)",
+        "Run Luna, as `luna` with no command does: the Discord bot when DISCORD_TOKEN is set, "
+        "otherwise a conversation in this terminal (the REPL); plus the web page when "
+        "[web] enabled = true. Runs until Ctrl-D, /quit or SIGTERM.",
+    ),
+    (
+        "repl",
+        "talk to Luna in the terminal (even if DISCORD_TOKEN is set)",
+        "Talk to Luna in this terminal, even when DISCORD_TOKEN is set. Ctrl-C cancels a reply, "
+        "Ctrl-D or /quit exits; /help lists the commands. With input piped in, each line is "
+        "one message; the exit code is 1 if a turn failed.",
+    ),
+    (
+        "web",
+        "run only the web page and HTTP API (needs LUNA_WEB_TOKEN; see [web])",
+        "Run only the web page and its HTTP API (an OpenAI-compatible endpoint too), without "
+        "Discord or a terminal conversation, whatever [web] enabled says. Needs LUNA_WEB_TOKEN "
+        "in the environment; the address is [web] host and port.",
+    ),
+)
 _OPTIONS_WITH_VALUE = ("--config", "--session")
+
+
+def _first_word(args: list[str]) -> str | None:
+    i = 0
+    while i < len(args):
+        if args[i] in _OPTIONS_WITH_VALUE:
+            i += 2
+            continue
+        if not args[i].startswith("-"):
+            return args[i]
+        i += 1
+    return None
+
+
+def _modules_for(argv: Sequence[str] | None) -> tuple[str, ...]:
+    """The command modules to import for ``argv`` (see ``_COMMANDS``)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    command = _first_word(args)
+    if command in _COMMANDS and not ({"-h", "--help"} & set(args[: args.index(command)])):
+        return (_COMMANDS[command],)
+    return _COMMAND_MODULES
 
 
 def runs_luna(argv: Sequence[str] | None) -> bool:
@@ -76,17 +119,7 @@ def runs_luna(argv: Sequence[str] | None) -> bool:
     args = list(sys.argv[1:] if argv is None else argv)
     if "-h" in args or "--help" in args:
         return False
-    command, i = None, 0
-    while i < len(args):
-        arg = args[i]
-        if arg in _OPTIONS_WITH_VALUE:
-            i += 2
-            continue
-        if not arg.startswith("-"):
-            command = arg
-            break
-        i += 1
-    return command in _RUN_COMMANDS
+    return _first_word(args) in _RUN_COMMANDS
 
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:
@@ -102,9 +135,45 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def command_name(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> str:
+    """``luna`` and the subcommands named in ``argv``: ``luna memory search``."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    names, current, i = ["luna"], parser, 0
+    while i < len(args):
+        arg = args[i]
+        i += 2 if arg in _OPTIONS_WITH_VALUE else 1
+        if arg.startswith("-"):
+            continue
+        subs = [a for a in current._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs or arg not in subs[0].choices:
+            break
+        names.append(arg)
+        current = subs[0].choices[arg]
+    return " ".join(names)
+
+
+def _check_config(cfg: Any) -> None:
+    """Start-up's checks across keys (imported only when a command asks)."""
+    from luna.scheduler.heartbeat import check_config
+
+    check_config(cfg)
+
+
+def _closed_stdout() -> int:
+    """The reader of stdout went away: say nothing, and let the interpreter's last flush
+    find somewhere to write."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 141  # 128 + SIGPIPE, what `yes | head` leaves in $PIPESTATUS
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(argv)
     args = parser.parse_args(argv)
+    where = "luna"  # until a command runs
     try:
         from pathlib import Path
 
@@ -117,32 +186,27 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             mode = args.command if args.command in ("repl", "web") else "auto"
             return asyncio.run(run_app(cfg, args, mode=mode))
+        where = command_name(parser, argv)
+        args.check_config = _check_config  # for `config set`: config sits below the scheduler
         code = asyncio.run(handler(args, cfg))
-        sys.stdout.flush()  # a closed pipe is found here, not at exit as "Exception ignored"
+        sys.stdout.flush()  # here, where a closed stdout is caught, not at exit
         return code
-    except BrokenPipeError:  # `luna config show | head`: the reader has what it wanted
-        _drop_stdout()
-        return 0
-    except ConfigError as e:
+    except BrokenPipeError:
+        return _closed_stdout()
+    except ConfigError as e:  # about the configuration, whichever command: "luna: config: ..."
         print(f"luna: {e}", file=sys.stderr)
         return 2
+    except UsageError as e:
+        print(f"{where}: {e}", file=sys.stderr)
+        return 2
     except LunaError as e:
-        print(f"luna: {e}", file=sys.stderr)
+        print(f"{where}: {e}", file=sys.stderr)
         return 1
     except OSError as e:  # a folder Luna cannot create, a file it cannot write, ...
-        print(f"luna: {e}", file=sys.stderr)
+        print(f"{where}: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
-
-
-def _drop_stdout() -> None:
-    """Point stdout at /dev/null so the interpreter's last flush cannot fail again."""
-    import os
-
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
 
 
 if __name__ == "__main__":

@@ -157,8 +157,9 @@ async def build_components(
     return Components(cfg, agent, memory, llm, registry, mcp, banner, scheduler=scheduler)
 
 
-async def _serve(frontends: list[Frontend], agent: Any, stop: asyncio.Event, grace: float) -> None:
-    """Run every front-end until one ends or ``stop``; then stop them all, in order."""
+async def _serve(frontends: list[Frontend], agent: Any, stop: asyncio.Event, grace: float) -> int:
+    """Run every front-end until one ends or ``stop``; then stop them all, in order. The exit
+    code is the highest a front-end returned (the piped REPL returns 1 after a failed turn)."""
     runs = {asyncio.create_task(fe.run(stop), name=f"frontend-{fe.name}") for fe in frontends}
     stopper = asyncio.create_task(stop.wait())
     try:
@@ -175,12 +176,13 @@ async def _serve(frontends: list[Frontend], agent: Any, stop: asyncio.Event, gra
     for task in runs - late:
         if task.exception() is not None:
             raise task.exception()  # type: ignore[misc]
+    return max((task.result() or 0 for task in runs - late), default=0)
 
 
 async def run_app(cfg: Config, args: argparse.Namespace, mode: str = "auto") -> int:
     """Run Luna until EOF, /quit, SIGTERM or SIGINT."""
     names = frontends.chosen(cfg, mode)
-    frontends.check(names, cfg)
+    frontends.check(names, cfg, mode)
     instance = InstanceLock(cfg.data_dir)  # one Luna per data folder (luna.datafolder)
     await asyncio.to_thread(instance.acquire, "+".join(names))
     try:
@@ -198,9 +200,11 @@ async def _run(cfg: Config, args: argparse.Namespace, names: list[str]) -> int:
         secrets=secret_values(cfg),
     )
     if "repl" in names:
-        # The terminal belongs to the conversation: only warnings reach it.
+        # The terminal belongs to the conversation: only warnings reach it, and not those
+        # that repeat a failed turn's error line (the REPL prints that once).
         for handler in logging.getLogger().handlers:
             handler.setLevel(logging.WARNING)
+            handler.addFilter(observe.hide_turn_details)
     observe.log_event("start", frontend=",".join(names))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -212,9 +216,9 @@ async def _run(cfg: Config, args: argparse.Namespace, names: list[str]) -> int:
         async with contextlib.AsyncExitStack() as stack:
             parts = await build_components(cfg, args, stack)
             chosen = frontends.make(names, parts, args)
-            await _serve(chosen, parts.agent, stop, cfg.agent.shutdown_grace)
+            code = await _serve(chosen, parts.agent, stop, cfg.agent.shutdown_grace)
             observe.log_event("stop")
-        return 0
+        return code
     finally:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.remove_signal_handler(signal.SIGTERM)

@@ -39,6 +39,11 @@ class ConfigError(LunaError):
     """The configuration is invalid; the message names the key and what to do."""
 
 
+class UsageError(LunaError):
+    """A command was given bad input (an argument, a file it cannot use): exit code 2, one
+    line ``luna <command>: message`` (``luna.__main__`` adds the prefix)."""
+
+
 class LLMError(LunaError):
     """The LLM endpoint failed (HTTP error, bad response, timeout)."""
 

@@ -209,13 +209,13 @@ class Agent:
                 emit(TurnFailed("That took too long and was stopped. Try a smaller request."))
             except LLMError as e:
                 error = type(e).__name__
-                log.warning("turn failed: %s", e)
+                log.warning("turn failed: %s", e, extra=observe.TURN_DETAIL)
                 emit(TurnFailed(str(e)))
             except (DatabaseBusyError, DatabaseCorruptError) as e:
                 # The database, not a bug: one line for the user (the message is kept, it
                 # says where), no traceback on the terminal.
                 error = type(e).__name__
-                log.warning("turn failed: %s", e)
+                log.warning("turn failed: %s", e, extra=observe.TURN_DETAIL)
                 emit(TurnFailed(str(e)))
             except LunaError as e:
                 error = type(e).__name__

@@ -1,8 +1,10 @@
 """``luna config show`` and ``luna config set KEY VALUE``.
 
 Invariants:
-- ``set`` validates the whole resulting configuration (bounds included) before writing, and
+- ``set`` validates the whole resulting configuration (bounds included, and the checks start-up
+  makes across keys: the heartbeat) before writing, and
   writes atomically.
+- A list value is a JSON array or comma-separated, as ``config set --help`` says.
 - ``set`` edits the file with tomlkit: every comment, blank line and key order survives, so the
   documentation in config.toml is never lost.
 - Each ``set`` keeps the previous file as ``config.toml.bak.<timestamp>``; the oldest backup (the
@@ -17,6 +19,8 @@ import datetime as dt
 import json
 import os
 import shutil
+import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,9 +64,19 @@ async def show_config(args: argparse.Namespace, cfg: Config) -> int:
 
 
 def parse_value(section: str, name: str, raw: str) -> Any:
-    """The TOML value for ``raw``: JSON for lists, tables and numbers; strings stay strings."""
-    if field_types(section).get(name) in (str, Path):
+    """The TOML value for ``raw``: JSON for lists, tables and numbers; strings stay strings;
+    a list may also be written comma-separated (``A,B``), as ``config set --help`` says."""
+    tp = field_types(section).get(name)
+    if tp in (str, Path):
         return raw
+    if typing.get_origin(tp) is list and not raw.lstrip().startswith("["):
+        items = [part.strip() for part in raw.split(",")]
+        is_text = typing.get_args(tp)[0] in (str, Path)
+        return [item if is_text else _json_or_text(item) for item in items if item]
+    return _json_or_text(raw)
+
+
+def _json_or_text(raw: str) -> Any:
     try:
         return json.loads(raw)
     except json.JSONDecodeError:
@@ -75,17 +89,29 @@ def _check_key(key: str) -> tuple[str, str]:
             f"config: {key} is a secret; set {SECRET_KEYS[key]} in the environment instead"
         )
     section, _, name = key.partition(".")
-    if section not in SECTIONS or not name:
+    if section in SECTIONS and not name:
+        example = next(iter(SECTIONS[section].model_fields))
+        raise ConfigError(
+            f"config: [{section}] is a section; name one of its keys, like {section}.{example}"
+        )
+    if section not in SECTIONS:
         hint = did_you_mean(section, SECTIONS)
-        raise ConfigError(f"config: KEY must look like section.key, got {key!r}{hint}")
+        raise ConfigError(
+            f"config: there is no section [{section}]{hint}; a key looks like section.key, "
+            "like agent.max_rounds"
+        )
     if name not in SECTIONS[section].model_fields:
-        hint = did_you_mean(name, SECTIONS[section].model_fields)
-        raise ConfigError(f"config: unknown key {key}{hint}")
+        keys = [f"{section}.{k}" for k in SECTIONS[section].model_fields]
+        raise ConfigError(f"config: there is no key {key}{did_you_mean(key, keys)}")
     return section, name
 
 
-def set_value(path: Path, key: str, raw: str) -> tuple[Any, Path | None]:
-    """Validate and write one key; returns (value written, backup file or None)."""
+def set_value(
+    path: Path, key: str, raw: str, *, check: Callable[[Config], None] | None = None
+) -> tuple[Any, Path | None]:
+    """Validate and write one key; returns (value written, backup file or None). ``check`` is
+    start-up's check across keys (``luna.scheduler.heartbeat.check_config``), passed in by
+    the layer that may import it: config sits below the scheduler."""
     section, name = _check_key(key)
     try:
         text = path.read_text(encoding="utf-8") if path.exists() else ""
@@ -100,8 +126,11 @@ def set_value(path: Path, key: str, raw: str) -> tuple[Any, Path | None]:
         table = tomlkit.table()
         doc[section] = table
     table[name] = value
-    # Validate the whole document as it will be written (raises ConfigError with the key).
-    build_config(doc.unwrap(), {}, base_dir=path.resolve().parent)
+    # Validate the whole document as it will be written (raises ConfigError with the key),
+    # and ask what start-up asks across keys: a file this writes is one Luna starts with.
+    cfg = build_config(doc.unwrap(), {}, base_dir=path.resolve().parent)
+    if check is not None:
+        check(cfg)
     backup = _backup(path) if path.exists() else None
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(tomlkit.dumps(doc), encoding="utf-8")
@@ -121,7 +150,7 @@ def _backup(path: Path) -> Path:
 
 async def set_config(args: argparse.Namespace, cfg: Config) -> int:
     path = cfg.path or default_config_path()
-    value, backup = set_value(path, args.key, args.value)
+    value, backup = set_value(path, args.key, args.value, check=args.check_config)
     print(f"{args.key} = {value!r} written to {path}")
     if backup is not None:
         print(f"previous file kept as {backup.name}")

@@ -61,12 +61,19 @@ def bounds_of(section: str, key: str) -> str:
     return f"{low}x{high}" if low or high else ""
 
 
+_PLURALS = {int: "integers", float: "numbers", bool: "true/false values", str: "strings"}
+
+
 def _type_name(tp: Any) -> str:
+    """What a value of ``tp`` is, with its article: "an integer", "a list of strings"."""
     origin = typing.get_origin(tp)
     if origin is list:
-        return f"list of {_type_name(typing.get_args(tp)[0])}s"
+        item = typing.get_args(tp)[0]
+        if item is Path:
+            return "a list of paths"
+        return f"a list of {_PLURALS.get(item) or 'items: ' + _type_name(item)}"
     if origin is dict:
-        return "table"
+        return 'a table, like {"name": "value"}'
     if origin is typing.Literal:
         return "one of " + ", ".join(str(a) for a in typing.get_args(tp))
     names = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
@@ -95,7 +102,7 @@ def _describe(error: ErrorDetails, env_sources: dict[str, str]) -> str:
         return str(error["msg"]).removeprefix("Value error, ")
     if len(loc) == 1:
         if kind in ("model_type", "model_attributes_type", "dict_type"):
-            return f"[{loc[0]}] must be a table"
+            return f"[{loc[0]}] must be a table of settings, not a single value"
         return str(error["msg"]).removeprefix("Value error, ")
     dotted = f"{loc[0]}.{loc[1]}"
     where = _key_path(loc) + (f" (from ${env_sources[dotted]})" if dotted in env_sources else "")

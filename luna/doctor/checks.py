@@ -37,10 +37,20 @@ from luna.config import Config
 from luna.config.secrets import discord_bot_id, discord_token_problem
 from luna.doctor.database import check_database
 from luna.doctor.llm import check_llm
-from luna.doctor.result import CheckResult, fail, in_thread, ok, skipped
+from luna.doctor.result import (
+    CheckResult,
+    can_print_unicode,
+    fail,
+    format_result,
+    in_thread,
+    ok,
+    skipped,
+)
 from luna.doctor.skills import check_skills
 from luna.doctor.web import check_web
+from luna.errors import ConfigError
 
+WAITING_NOTICE_S = 10.0  # `luna doctor` says what it still waits for this often
 GROUP_TIMEOUTS = {
     "config": 10.0,
     "llm": 300.0,
@@ -68,6 +78,12 @@ async def check_config(cfg: Config) -> list[CheckResult]:
         where = str(cfg.path)
     n_file = sum(1 for s in cfg.sources.values() if s == "file")
     n_env = sum(1 for s in cfg.sources.values() if s.startswith("env"))
+    from luna.scheduler.heartbeat import check_config as check_start_up
+
+    try:
+        check_start_up(cfg)
+    except ConfigError as e:
+        return [fail("config", f"{where}: Luna will not start: {e}", "fix the key it names")]
     return [ok("config", f"{where}; {n_file} keys from the file, {n_env} from the environment")]
 
 
@@ -393,54 +409,52 @@ async def run_checks(
     *,
     only: list[str] | None = None,
     on_result: Callable[[CheckResult], None] | None = None,
+    on_waiting: Callable[[list[str], float], None] | None = None,
 ) -> list[CheckResult]:
-    """Run the checks concurrently; results come back (and go to ``on_result``) in order."""
+    """Run the checks concurrently; results come back in ``CHECKS`` order. ``on_result`` gets
+    each group's results as soon as that group finishes (a slow group, such as the embedding
+    model's first load, holds back no other), and ``on_waiting`` the groups still running and
+    the seconds so far, every ``WAITING_NOTICE_S`` without a result."""
     chosen = [(g, c) for g, c in CHECKS if not only or g in only]
-    tasks = [
-        asyncio.create_task(_guarded(g, c, cfg, GROUP_TIMEOUTS.get(g, 60.0))) for g, c in chosen
-    ]
-    results: list[CheckResult] = []
+    tasks = {
+        asyncio.create_task(_guarded(g, c, cfg, GROUP_TIMEOUTS.get(g, 60.0))): g for g, c in chosen
+    }
+    start = asyncio.get_running_loop().time()
+    pending = set(tasks)
     try:
-        for task in tasks:
-            for r in await task:
-                results.append(r)
-                if on_result:
+        while pending:
+            done, pending = await asyncio.wait(
+                pending, timeout=WAITING_NOTICE_S, return_when=asyncio.FIRST_COMPLETED
+            )
+            for task in sorted(done, key=list(tasks).index):
+                for r in task.result() if on_result else ():
                     on_result(r)
+            if not done and on_waiting:
+                waited = asyncio.get_running_loop().time() - start
+                on_waiting([tasks[t] for t in tasks if t in pending], waited)
     finally:
         for task in tasks:
             task.cancel()
-    return results
-
-
-def format_result(r: CheckResult, *, ascii_only: bool = False) -> str:
-    mark = r.mark
-    if ascii_only:
-        mark = {"✓": "OK", "✗": "FAIL", "⚠": "WARN", "–": "-"}[mark]
-    line = f"{mark} {r.name}: {r.detail}"
-    if r.ok is False and r.fix:
-        line += f"\n    fix: {r.fix}"
-    return line
-
-
-def _can_print_unicode() -> bool:
-    try:
-        "✓✗⚠–".encode(sys.stdout.encoding or "ascii")
-    except (UnicodeEncodeError, LookupError):
-        return False
-    return True
+    return [r for task in tasks for r in task.result()]
 
 
 async def run_doctor(args: argparse.Namespace, cfg: Config) -> int:
     """Handler for ``luna doctor``: exit 0 when every essential check passes, else 1."""
     only = getattr(args, "only", None) or None
     as_json = bool(getattr(args, "json", False))
-    ascii_only = not _can_print_unicode()
+    ascii_only = not can_print_unicode()
 
     def show(r: CheckResult) -> None:
         if not as_json:
             print(format_result(r, ascii_only=ascii_only), flush=True)
 
-    results = await run_checks(cfg, only=only, on_result=show)
+    def waiting(groups: list[str], seconds: float) -> None:
+        if not as_json:  # on stderr: stdout stays the results alone
+            print(f"  ... still checking {', '.join(groups)} ({seconds:.0f} s)", file=sys.stderr)
+
+    if not as_json:
+        print("checking (each line as its check finishes) ...", file=sys.stderr, flush=True)
+    results = await run_checks(cfg, only=only, on_result=show, on_waiting=waiting)
     failed = [r for r in results if r.failed]
     warned = [r for r in results if r.ok is False and not r.essential]
     if as_json:

@@ -123,7 +123,7 @@ async def check_server(cfg: Config) -> list[CheckResult]:
         results.append(_check_context(props, cfg))
         results.append(_check_slots(props, cfg))
         results.append(_check_template(props, cfg))
-        results += await _check_probes(client, cfg, endpoint)
+        results += await _check_probes(client, cfg, endpoint, props)
     return results
 
 
@@ -206,7 +206,28 @@ def _check_context(props: dict[str, Any] | None, cfg: Config) -> CheckResult:
     )
 
 
-async def _check_probes(client: httpx.AsyncClient, cfg: Config, endpoint: str) -> list[CheckResult]:
+def _no_tool_call_fix(props: dict[str, Any] | None, written: bool) -> str:
+    """Why the probe got no tool call, from what llama-server says of its chat template: with
+    --jinja, ``/props`` reports ``chat_template_caps`` (``supports_tool_calls`` among them)."""
+    caps = (props or {}).get("chat_template_caps")
+    can_call = caps.get("supports_tool_calls") if isinstance(caps, dict) else None
+    if can_call is None or written:  # no word from the server, or a call it did not parse
+        return "start llama-server with --jinja (tool-call parsing needs the model's chat template)"
+    if can_call is False:
+        return (
+            "the model's chat template has no tool calling (a base or non-tool model): load "
+            "a tool-calling model such as Qwen3.5, or give one with --chat-template-file"
+        )
+    return (
+        "llama-server parses tool calls (--jinja is on) but the model did not call the tool: "
+        "a base or small model that cannot call tools; load an instruction-tuned "
+        "tool-calling model such as Qwen3.5"
+    )
+
+
+async def _check_probes(
+    client: httpx.AsyncClient, cfg: Config, endpoint: str, props: dict[str, Any] | None
+) -> list[CheckResult]:
     url = f"{endpoint}/chat/completions"
     tool_body = {
         "model": cfg.llm.model,
@@ -247,8 +268,7 @@ async def _check_probes(client: httpx.AsyncClient, cfg: Config, endpoint: str) -
                 "tool calls",
                 "the probe got no tool_calls"
                 + (" (the call was written as text)" if written else f": {content[:80]!r}"),
-                "start llama-server with --jinja (tool-call parsing needs the model's chat "
-                "template)",
+                _no_tool_call_fix(props, written),
             )
         )
     if not reasoning_seen and not think_markup:

@@ -7,6 +7,7 @@ fails the run.
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -58,3 +59,21 @@ def fail(name: str, detail: str, fix: str, *, essential: bool = True) -> CheckRe
 
 def skipped(name: str, why: str) -> CheckResult:
     return CheckResult(name, None, f"skipped ({why})", essential=False)
+
+
+def format_result(r: CheckResult, *, ascii_only: bool = False) -> str:
+    mark = r.mark
+    if ascii_only:
+        mark = {"✓": "OK", "✗": "FAIL", "⚠": "WARN", "–": "-"}[mark]
+    line = f"{mark} {r.name}: {r.detail}"
+    if r.ok is False and r.fix:
+        line += f"\n    fix: {r.fix}"
+    return line
+
+
+def can_print_unicode() -> bool:
+    try:
+        "✓✗⚠–".encode(sys.stdout.encoding or "ascii")
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True

@@ -46,7 +46,8 @@ class Components:
 class Frontend(Protocol):
     name: str
 
-    async def run(self, stop: asyncio.Event) -> None: ...
+    async def run(self, stop: asyncio.Event) -> int | None:
+        """Serve until ``stop``; an exit code for the process (None: 0)."""
 
 
 def chosen(cfg: Config, mode: str) -> list[str]:
@@ -59,10 +60,12 @@ def chosen(cfg: Config, mode: str) -> list[str]:
     return [*names, "web"] if cfg.web.enabled else names
 
 
-def check(names: list[str], cfg: Config) -> None:
+def check(names: list[str], cfg: Config, mode: str = "auto") -> None:
+    """Each front-end's own start-up check; ``mode`` as for :func:`chosen` (a hint may depend
+    on it: ``luna web`` runs the web page whatever ``web.enabled`` says)."""
     for name in names:
         module = importlib.import_module(MODULES[name])
-        module.check(cfg)
+        module.check(cfg, mode)
 
 
 def make(names: list[str], parts: Components, args: argparse.Namespace) -> list[Frontend]:

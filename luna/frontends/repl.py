@@ -4,7 +4,9 @@ Invariants:
 - stdin is read in a worker thread, so the event loop (and other sessions, MCP servers, the
   librarian) keeps running while the prompt waits.
 - Ctrl-C cancels the running turn, not the program; Ctrl-D / EOF or ``/quit`` exits with 0.
-- Piped (non-tty) stdin: one line per message, replies printed, exit 0 at EOF.
+- Piped (non-tty) stdin: one line per message, replies printed; a failed turn's error is one
+  ``error: ...`` line where its reply would be (never repeated on stderr), and the exit code at
+  EOF is 1 if any turn failed, else 0.
 - The owner is at the keyboard: tools at level ``ask`` prompt y/N here (no answer = deny).
 - Everything printed goes through ``write`` or ``paint``, which neutralize control sequences
   (``luna.frontends.terminal``): a reply cannot clear the screen, retitle the window or write
@@ -52,7 +54,10 @@ HELP = """Commands:
 Ctrl-C cancels a running reply."""
 
 
-def check(cfg: Any) -> None:
+MEMORY_CHARS = 200  # of a memory in /memories; the full text is in `luna memory list`
+
+
+def check(cfg: Any, mode: str = "auto") -> None:
     """The terminal needs no settings of its own."""
 
 
@@ -225,6 +230,7 @@ class Repl:
         self.deliveries = deliveries  # luna.scheduler.delivery.DeliveryRouter, or None
         self._turn: asyncio.Task[None] | None = None
         self.stopping = asyncio.Event()
+        self.has_failed_turn = False
 
     def write(self, text: str) -> None:
         """Print text from anywhere: control sequences are shown, never obeyed."""
@@ -312,7 +318,9 @@ class Repl:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(signal.SIGINT)
             self.reader.save_history()
-        return 0
+        # A script piping messages in must be able to tell a failed turn; at the terminal
+        # the owner saw it.
+        return 1 if self.has_failed_turn and not self.interactive else 0
 
     def _on_sigint(self) -> None:
         if self._turn is not None and not self._turn.done():
@@ -391,7 +399,11 @@ class Repl:
                 )
                 at_line_start = True
             elif isinstance(event, TurnFailed):
-                self.paint("error", ("" if at_line_start else "\n") + f"error: {event.message}\n")
+                self.has_failed_turn = True
+                # In the transcript, where the reply would have been: a script reading stdout
+                # sees which message failed; the exit code says that one did.
+                line = ("" if at_line_start else "\n") + f"error: {event.message}\n"
+                self.paint("error", line)
                 at_line_start = True
             elif isinstance(event, TurnDone):
                 if not at_line_start:
@@ -433,17 +445,26 @@ class Repl:
         return False
 
     async def _memories(self, query: str) -> None:
+        """One line per memory, ``[id] date text`` (the id /forget takes): those related to
+        ``query`` (see luna.memory.recall.related), or the latest."""
         if query:
-            items = await self.memory.recall(query, scope="owner", session_id=None, k=10)
+            from luna.memory.recall.related import related_memories
+
+            items = await related_memories(self.memory, query, scope="owner")
             if not items:
-                self.write("nothing found\n")
+                self.write(f"no memory is about {query!r}\n")
             for item in items:
-                date = str(item.created_at)[:10]
-                self.write(f"  [{item.kind} {item.id}] {date} {item.text[:200]}\n")
+                self.write(_memory_line(item.id, item.created_at, item.text))
             return
         rows = await self.memory.list_memories(scope="owner", limit=50)
         if not rows:
             self.write("no memories yet (/remember TEXT adds one)\n")
         for row in rows:
-            date = str(row.get("created_at", ""))[:10]
-            self.write(f"  [{row.get('id')}] {date} {str(row.get('text', ''))[:200]}\n")
+            self.write(_memory_line(row.get("id"), row.get("created_at", ""), row.get("text", "")))
+
+
+def _memory_line(memory_id: Any, created_at: Any, text: Any) -> str:
+    """One line however many the text has: a listing stays one memory a line."""
+    flat = " ".join(str(text).split())
+    shown = flat if len(flat) <= MEMORY_CHARS else flat[: MEMORY_CHARS - 1] + "…"
+    return f"  [{memory_id}] {str(created_at)[:10]} {shown}\n"

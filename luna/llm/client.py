@@ -43,7 +43,7 @@ from luna.llm.stream import Progress, StreamAccumulator, reasoning_of, usage_of
 from luna.llm.transport import Utf8RepairingTransport
 from luna.llm.wire import normalize_messages
 from luna.messages import LLMResponse, ToolCall, Usage, new_call_id
-from luna.observe import log_event
+from luna.observe import TURN_DETAIL, log_event
 
 _log = logging.getLogger(__name__)
 
@@ -376,6 +376,7 @@ class LLMClient:
                     attempt,
                     self.cfg.max_retries,
                     delay,
+                    extra=TURN_DETAIL,
                 )
                 await asyncio.sleep(delay)
 

@@ -31,7 +31,7 @@ from luna.errors import LLMContextOverflowError, LLMError, LLMRejectedError
 from luna.llm.client import LLMClient
 from luna.llm.server_info import ServerInfo
 from luna.messages import LLMResponse
-from luna.observe import log_event
+from luna.observe import TURN_DETAIL, log_event
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,13 @@ class LLMRouter:
         )
         backend.down_until = self.clock() + delay
         backend.last_error = str(error)[:300]
-        log.warning("LLM server %s failed (%s); left out for %.0f s", backend.name, error, delay)
+        log.warning(
+            "LLM server %s failed (%s); left out for %.0f s",
+            backend.name,
+            error,
+            delay,
+            extra=TURN_DETAIL,
+        )
         log_event(
             "llm_failover",
             server=backend.name,

@@ -15,12 +15,15 @@ import json
 import signal
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from luna.config import Config
-from luna.mcp.manager import MCPManager
+from luna.errors import MCPError, UsageError
 from luna.messages import neutralize, terminal_json
-from luna.tools.registry import ToolRegistry
+
+if TYPE_CHECKING:  # imported when a command runs: the MCP SDK alone costs about 0.5 s
+    from luna.mcp.manager import MCPManager
+    from luna.tools.registry import ToolRegistry
 
 Handler = Callable[[argparse.Namespace, Config], Awaitable[int]]
 
@@ -73,6 +76,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 async def _started(cfg: Config, only: list[str] | None = None) -> tuple[MCPManager, ToolRegistry]:
+    from luna.mcp.manager import MCPManager
+    from luna.tools.registry import ToolRegistry
+
     registry = ToolRegistry(cfg)
     manager = MCPManager(cfg, registry)
     await manager.start(only=only)
@@ -112,8 +118,7 @@ async def list_tools(args: argparse.Namespace, cfg: Config) -> int:
     manager, registry = await _started(cfg, only)
     try:
         if args.server and args.server not in manager.servers:
-            print(f"no server named {args.server!r} in {cfg.mcp.servers_file}", file=sys.stderr)
-            return 1
+            raise UsageError(f"there is no server named {args.server!r} in {cfg.mcp.servers_file}")
         for s in manager.status():
             if s.state != "running":
                 print(neutralize(f"# {s.name}: {s.state}{': ' + s.error if s.error else ''}"))
@@ -135,27 +140,23 @@ async def call_tool(args: argparse.Namespace, cfg: Config) -> int:
     try:
         arguments: Any = json.loads(args.arguments)
     except json.JSONDecodeError as e:
-        print(f"arguments are not valid JSON: {e}", file=sys.stderr)
-        return 2
+        raise UsageError(f"ARGUMENTS is not valid JSON: {e}") from None
     if not isinstance(arguments, dict):
-        print("arguments must be a JSON object", file=sys.stderr)
-        return 2
+        raise UsageError('ARGUMENTS must be a JSON object, like \'{"path": "notes.txt"}\'')
     server, sep, _ = args.tool.partition("__")
     if not sep:
-        print("the tool name must be SERVER__TOOL (see `luna mcp tools`)", file=sys.stderr)
-        return 2
+        raise UsageError("the tool name must be SERVER__TOOL (see `luna mcp tools`)")
     manager, _ = await _started(cfg, [server])
     try:
         status = {s.name: s for s in manager.status()}.get(server)
         if status is None:
-            print(f"no server named {server!r} in {cfg.mcp.servers_file}", file=sys.stderr)
-            return 1
+            raise UsageError(f"there is no server named {server!r} in {cfg.mcp.servers_file}")
         if status.state != "running":
-            print(
-                neutralize(f"server {server!r} is {status.state}: {status.error or ''}"),
-                file=sys.stderr,
+            raise MCPError(
+                neutralize(
+                    f"server {server!r} is {status.state}: {status.error or 'no reason given'}"
+                )
             )
-            return 1
         result = await manager.call(args.tool, arguments)
         print(neutralize(result.content))
         return 1 if result.is_error else 0

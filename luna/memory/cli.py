@@ -42,6 +42,7 @@ from luna.memory import Memory, normalize_timestamp
 from luna.memory.browse import recall_json
 from luna.memory.recall.search import MAX_K
 from luna.messages import clean_text, neutralize, terminal_json
+from luna.observe.progress import progress_bar
 
 IMPORT_BATCH = 256
 SEARCH_EMBEDS = 128  # a one-shot search embeds at most about this many missing vectors
@@ -120,10 +121,10 @@ async def open_memory(cfg: Config, **kwargs: Any) -> AsyncIterator[Memory]:
 
 async def search_cmd(args: argparse.Namespace, cfg: Config) -> int:
     if args.batch is None and not args.query:
-        print("memory search: give a QUERY or --batch FILE", file=sys.stderr)
+        print("luna memory search: give a QUERY or --batch FILE", file=sys.stderr)
         return 2
     if args.k is not None and args.k < 1:
-        print("memory search: -k must be at least 1", file=sys.stderr)
+        print("luna memory search: -k must be at least 1", file=sys.stderr)
         return 2
     if args.k is not None and args.k > MAX_K:
         print(f"note: -k {args.k} is past the limit; showing at most {MAX_K}", file=sys.stderr)
@@ -132,18 +133,22 @@ async def search_cmd(args: argparse.Namespace, cfg: Config) -> int:
         try:
             text = await asyncio.to_thread(args.batch.read_text, encoding="utf-8")
         except OSError as e:
-            print(f"memory search: cannot read {args.batch}: {e.strerror or e}", file=sys.stderr)
+            print(
+                f"luna memory search: cannot read {args.batch}: {e.strerror or e}", file=sys.stderr
+            )
             return 2
         except UnicodeDecodeError as e:
             print(
-                f"memory search: {args.batch} is not UTF-8 text (byte {e.start}); --batch "
+                f"luna memory search: {args.batch} is not UTF-8 text (byte {e.start}); --batch "
                 "wants one query per line",
                 file=sys.stderr,
             )
             return 2
         queries = [q.strip() for q in text.split("\n") if q.strip()]
         if any("\x00" in q for q in queries):
-            print(f"memory search: {args.batch} holds binary data (NUL bytes)", file=sys.stderr)
+            print(
+                f"luna memory search: {args.batch} holds binary data (NUL bytes)", file=sys.stderr
+            )
             return 2
     else:
         queries = [args.query]
@@ -202,7 +207,7 @@ async def list_cmd(args: argparse.Namespace, cfg: Config) -> int:
 
 async def add_cmd(args: argparse.Namespace, cfg: Config) -> int:
     if not 1 <= args.importance <= 10:
-        print("memory add: --importance must be 1-10", file=sys.stderr)
+        print("luna memory add: --importance must be 1-10", file=sys.stderr)
         return 2
     async with open_memory(cfg) as mem:
         mem_id = await mem.add_memory(args.text, importance=args.importance, scope=args.scope)
@@ -229,21 +234,19 @@ async def stats_cmd(args: argparse.Namespace, cfg: Config) -> int:
 
 
 async def reindex_cmd(args: argparse.Namespace, cfg: Config) -> int:
-    from tqdm import tqdm
-
     from luna.datafolder import running_pid
 
     pid = await asyncio.to_thread(running_pid, cfg.data_dir)
     if pid is not None:  # it drops every vector under the running Luna's indexer
         print(
-            f"memory reindex: Luna is running on this data folder (pid {pid}); stop it first",
+            f"luna memory reindex: Luna is running on this data folder (pid {pid}); stop it first",
             file=sys.stderr,
         )
         return 1
 
     async with open_memory(cfg, allow_model_change=True) as mem:
         total = await mem.count_docs()
-        with tqdm(total=total, unit="doc", desc="reindex", file=sys.stderr) as bar:
+        with progress_bar(total=total, unit="doc", desc="reindex") as bar:
             done = await mem.reindex(progress=bar.update)
     print(
         f"re-embedded {done} items with {cfg.memory.embedding_model} "
@@ -336,7 +339,7 @@ async def import_cmd(args: argparse.Namespace, cfg: Config) -> int:
     try:
         lines = await asyncio.to_thread(_read_lines, args.file)
     except OSError as e:
-        print(f"memory import: cannot read {args.file}: {e.strerror or e}", file=sys.stderr)
+        print(f"luna memory import: cannot read {args.file}: {e.strerror or e}", file=sys.stderr)
         return 2
     if lines and not lines[-1].strip():
         lines.pop()  # the newline that ends the last line
@@ -345,7 +348,7 @@ async def import_cmd(args: argparse.Namespace, cfg: Config) -> int:
     batch: list[dict[str, Any]] = []
     async with open_memory(cfg) as mem:
         try:
-            with tqdm(total=len(lines), unit="line", desc="import", file=sys.stderr) as bar:
+            with progress_bar(total=len(lines), unit="line", desc="import") as bar:
 
                 async def flush() -> None:
                     nonlocal imported, existing
@@ -389,7 +392,7 @@ async def import_cmd(args: argparse.Namespace, cfg: Config) -> int:
                         await flush()
                 await flush()
         except LunaError as e:
-            print(f"memory import: {e}", file=sys.stderr)
+            print(f"luna memory import: {e}", file=sys.stderr)
             return 1
     print(f"imported {imported}, skipped {skipped} malformed line(s), {existing} already present")
     return 1 if skipped else 0

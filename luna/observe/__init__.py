@@ -4,8 +4,10 @@ Imports only the standard library and ``luna.config``; every other package may l
 """
 
 from luna.observe.events import (
+    TURN_DETAIL,
     EventLog,
     Timer,
+    hide_turn_details,
     is_debug,
     log_event,
     new_turn_id,
@@ -17,6 +19,7 @@ from luna.observe.events import (
 )
 
 __all__ = [
+    "TURN_DETAIL",
     "EventLog",
     "Timer",
     "is_debug",
@@ -27,4 +30,5 @@ __all__ = [
     "shutdown",
     "turn_context",
     "turn_id_var",
+    "hide_turn_details",
 ]

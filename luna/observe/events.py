@@ -108,6 +108,16 @@ class _ScrubbingFormatter(logging.Formatter):
         return neutralize(text)
 
 
+TURN_DETAIL = {"is_turn_detail": True}
+"""``extra=`` for a warning about a turn that its front-end reports to the user anyway (the
+turn's one error line): a console that shows the conversation leaves it out."""
+
+
+def hide_turn_details(record: logging.LogRecord) -> bool:
+    """A console filter: False (drop) for records logged with :data:`TURN_DETAIL`."""
+    return not getattr(record, "is_turn_detail", False)
+
+
 def setup(
     log_dir: Path | None,
     *,

@@ -21,7 +21,6 @@ import datetime as dt
 import json
 import math
 import re
-import sys
 from collections import Counter, deque
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from luna.config import Config
+from luna.errors import UsageError
 
 _FILE_RE = re.compile(r"luna-(\d{4}-\d{2}-\d{2})\.jsonl")  # fullmatch only
 
@@ -363,8 +363,7 @@ async def run_stats(args: argparse.Namespace, cfg: Config) -> int:
     """Handler for ``luna stats``."""
     days = int(getattr(args, "days", 7))
     if days < 1:
-        print("stats: --days must be at least 1", file=sys.stderr)
-        return 2
+        raise UsageError("--days must be at least 1")
     stats = await asyncio.to_thread(collect, cfg.observe.log_dir, days)
     per_day = await asyncio.to_thread(daily, cfg.observe.log_dir, days)
     if getattr(args, "json", False):

@@ -27,27 +27,11 @@ from luna.errors import NoSuchTaskError, ScheduleError
 from luna.ids import parse_id
 from luna.scheduler import rights, timing
 from luna.scheduler.clock import Clock, SystemClock
-from luna.scheduler.model import Requester, Run, Target, Task, TaskRequest, to_db
+from luna.scheduler.heartbeat import limits_of
+from luna.scheduler.model import Requester, Run, Target, Task, TaskRequest, owner_target, to_db
 from luna.scheduler.store import TaskStore
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
-
-
-def owner_target(cfg: Config, prefer: str = "auto") -> Target:
-    """Where the owner hears from Luna when no conversation is named: a Discord DM when a bot
-    token and ``discord.owner_id`` are set (or ``prefer == "discord"``), else the terminal."""
-    if prefer == "repl":
-        return Target("repl")
-    has_discord = bool(cfg.discord.token) and bool(cfg.discord.owner_id)
-    if prefer == "discord" or (prefer == "auto" and has_discord):
-        if not cfg.discord.owner_id:
-            raise ScheduleError("delivering to Discord needs discord.owner_id")
-        return Target("discord", {"user_id": str(cfg.discord.owner_id), "is_dm": True})
-    return Target("repl")
-
-
-def limits_of(cfg: Config) -> timing.Limits:
-    return timing.Limits(cfg.scheduler.min_interval, cfg.scheduler.max_horizon_days)
 
 
 def clean_task_text(text: str, max_chars: int) -> str:

@@ -13,7 +13,12 @@ from __future__ import annotations
 import datetime as dt
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+from luna.errors import ScheduleError
+
+if TYPE_CHECKING:
+    from luna.config import Config
 
 TaskKind = Literal["reminder", "prompt", "heartbeat"]
 ScheduleKind = Literal["once", "cron", "interval"]
@@ -254,3 +259,16 @@ class TaskRequest:
     after: str | None = None  # a delay: "20m", "1h30m", "2d"
     cron: str | None = None  # five fields, read in the user's zone
     every: str | None = None  # an interval: "30m", "6h", "1d"
+
+
+def owner_target(cfg: Config, prefer: str = "auto") -> Target:
+    """Where the owner hears from Luna when no conversation is named: a Discord DM when a bot
+    token and ``discord.owner_id`` are set (or ``prefer == "discord"``), else the terminal."""
+    if prefer == "repl":
+        return Target("repl")
+    has_discord = bool(cfg.discord.token) and bool(cfg.discord.owner_id)
+    if prefer == "discord" or (prefer == "auto" and has_discord):
+        if not cfg.discord.owner_id:
+            raise ScheduleError("delivering to Discord needs discord.owner_id")
+        return Target("discord", {"user_id": str(cfg.discord.owner_id), "is_dm": True})
+    return Target("repl")

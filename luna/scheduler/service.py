@@ -30,17 +30,16 @@ from pathlib import Path
 from typing import Any
 
 from luna.config import Config
-from luna.config.timezone import zone_for
-from luna.errors import ConfigError, ScheduleError
 from luna.observe import log_event
-from luna.scheduler.api import Schedules, limits_of, owner_target
+from luna.scheduler.api import Schedules, owner_target
 from luna.scheduler.clock import Clock, SystemClock
 from luna.scheduler.delivery import DeliveryRouter
 from luna.scheduler.execute import TurnExecutor
+from luna.scheduler.heartbeat import check_heartbeat, heartbeat_schedule
 from luna.scheduler.model import OWNER, Schedule
 from luna.scheduler.runner import Runner
 from luna.scheduler.store import TaskStore
-from luna.scheduler.timing import check_cron, next_run
+from luna.scheduler.timing import next_run
 from luna.scheduler.tool_port import ToolPort
 
 log = logging.getLogger(__name__)
@@ -107,12 +106,8 @@ class SchedulerService:
 
     async def start(self) -> None:
         """Bind the tools' API, take the lease if free, start the loop; returns at once."""
-        if self.cfg.scheduler.heartbeat:  # a heartbeat that cannot work stops Luna here
-            self._heartbeat_schedule()
-            try:
-                owner_target(self.cfg, self.cfg.scheduler.heartbeat_to)
-            except ScheduleError as e:
-                raise ConfigError(f"config: scheduler.heartbeat_to: {e}") from None
+        # A heartbeat that cannot work stops Luna here (``luna config set`` asks the same).
+        check_heartbeat(self.cfg, self.clock.now())
         self.registry.services["scheduler"] = ToolPort(self.api)
         await self._take_lease()
         self._loop = asyncio.create_task(self._run(), name="scheduler")
@@ -177,13 +172,7 @@ class SchedulerService:
     # ---- the heartbeat ----------------------------------------------------------------
 
     def _heartbeat_schedule(self) -> Schedule:
-        sched = self.cfg.scheduler
-        zone = zone_for(self.cfg.agent.timezone)
-        try:
-            cron = check_cron(sched.heartbeat_cron, zone, self.clock.now(), limits_of(self.cfg))
-        except ScheduleError as e:
-            raise ConfigError(f"config: scheduler.heartbeat_cron: {e}") from None
-        return Schedule("cron", cron, zone.key)
+        return heartbeat_schedule(self.cfg, self.clock.now())
 
     def _sync_heartbeat(self) -> None:
         """Blocking: make the one heartbeat task match the configuration."""

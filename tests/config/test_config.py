@@ -230,3 +230,43 @@ def test_cli_config_set_keeps_comments_order_and_dated_backups(tmp_path: Path) -
     assert refused.returncode == 2 and "1 ≤ x ≤ 86400" in refused.stderr
     assert path.read_text() == text  # a refused value changes nothing
     assert len(list(tmp_path.glob("config.toml.bak.*"))) == 2
+
+
+def test_cli_config_set_refuses_a_heartbeat_start_up_refuses(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text("[scheduler]\nheartbeat = true\n")
+    bad = run_luna("config", "set", "scheduler.heartbeat_cron", "not a cron", cwd=tmp_path)
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("luna: config: scheduler.heartbeat_cron: cron 'not a cron'")
+    assert "heartbeat_cron" not in path.read_text()  # unchanged
+    # Across keys: a cron that is harmless while the heartbeat is off blocks turning it on.
+    path.write_text('[scheduler]\nheartbeat_cron = "not a cron"\n')
+    on = run_luna("config", "set", "scheduler.heartbeat", "true", cwd=tmp_path)
+    assert on.returncode == 2 and "scheduler.heartbeat_cron" in on.stderr
+    assert "heartbeat =" not in path.read_text()
+    ok = run_luna("config", "set", "scheduler.heartbeat_cron", "0 8 * * 1-5", cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_cli_config_set_takes_comma_lists_and_says_sentences(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    listed = run_luna("config", "set", "tools.secret_env", "A, B", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    numbers = run_luna("config", "set", "discord.allowed_users", "1,2", cwd=tmp_path)
+    assert numbers.returncode == 0, numbers.stderr
+    data = tomllib.loads(path.read_text())
+    assert data["tools"]["secret_env"] == ["A", "B"]
+    assert data["discord"]["allowed_users"] == [1, 2]
+    refusals = {
+        ("llm", "x"): "luna: config: [llm] is a section; name one of its keys, like llm.",
+        ("lm.endpoint", "x"): "luna: config: there is no section [lm] (did you mean 'llm'?)",
+        ("llm.endpoint.x", "3"): "luna: config: there is no key llm.endpoint.x "
+        "(did you mean 'llm.endpoint'?)",
+        ("tools.permissions", "x"): "luna: config: tools.permissions must be a table, like ",
+        ("discord.allowed_users", "x"): "luna: config: discord.allowed_users[0] must be an "
+        "integer, got 'x'",
+    }
+    for (key, value), start in refusals.items():
+        proc = run_luna("config", "set", key, value, cwd=tmp_path)
+        assert proc.returncode == 2 and proc.stderr.startswith(start), proc.stderr
+        assert "must be table" not in proc.stderr and "of a " not in proc.stderr

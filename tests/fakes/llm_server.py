@@ -107,6 +107,9 @@ class FakeLLMServer:
         self.n_ctx = n_ctx
         self.has_props = props
         self.preserves_reasoning = True
+        # /props' chat_template_caps.supports_tool_calls (None: left out, as a server whose
+        # template caps do not say)
+        self.supports_tool_calls: bool | None = None
         self.total_slots = 1
         self.default: ReplySource = Reply(content="ok")
         # Text that makes the server refuse any request (and render) carrying it, with HTTP
@@ -368,7 +371,12 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
                         "model_path": f"/models/{server.model}.gguf",
                         # as llama-server reports Luna's template (the stock one says False)
                         "chat_template_caps": {
-                            "supports_preserve_reasoning": server.preserves_reasoning
+                            "supports_preserve_reasoning": server.preserves_reasoning,
+                            **(
+                                {}
+                                if server.supports_tool_calls is None
+                                else {"supports_tool_calls": server.supports_tool_calls}
+                            ),
                         },
                     },
                 )

@@ -78,7 +78,7 @@ def test_repl_commands_and_memories(tmp_path: Path, llm_server: FakeLLMServer) -
     proc = start_repl(tmp_path, llm_server.url)
     script = (
         "/help\n/session\n/remember my bike is a green Brompton\n/memories\n"
-        "/memories bicycle\n/new\n/session\n/bogus\n/forget 1\n/forget 1\n/memories\n"
+        "/memories bikes\n/new\n/session\n/bogus\n/forget 1\n/forget 1\n/memories\n"
         "/quit\nnever sent\n"
     )
     out, err = proc.communicate(script, timeout=120)
@@ -87,12 +87,37 @@ def test_repl_commands_and_memories(tmp_path: Path, llm_server: FakeLLMServer) -
     sessions = [line.split()[1] for line in out.splitlines() if line.startswith("session ")]
     assert len(sessions) == 2 and sessions[0] != sessions[1]
     assert "remembered (id" in out
-    assert out.count("green Brompton") >= 2  # listed and found by a search in other words
+    assert out.count("green Brompton") == 2  # listed, and found by a search for "bikes"
     assert "unknown command /bogus" in out
     assert "remembered (id 1)" in out
     assert "forgotten" in out and "no memory with id 1" in out
     assert out.rstrip().endswith("no memories yet (/remember TEXT adds one)")
     assert llm_server.requests == []  # /quit stopped before "never sent"
+
+
+def test_repl_memories_query_lists_only_related_memories_one_line_each(
+    tmp_path: Path, llm_server: FakeLLMServer
+) -> None:
+    env = repl_env(tmp_path, llm_server.url)
+    for text in ("the dentist is on Tuesday\nat 9, bring the X-rays", "my bike is a Brompton"):
+        added = subprocess.run(
+            [sys.executable, "-m", "luna", "memory", "add", text],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert added.returncode == 0, added.stderr
+    proc = start_repl(tmp_path, llm_server.url)
+    out, err = proc.communicate("/memories dentist\n/memories zebra\n/memories\n", timeout=120)
+    assert proc.returncode == 0, err
+    lines = out.splitlines()
+    dentist = "  [1] " + lines[0][6:16] + " the dentist is on Tuesday at 9, bring the X-rays"
+    assert lines[0] == dentist  # one line, the newline shown as a space
+    assert lines[1] == "no memory is about 'zebra'"  # nothing unrelated fills the list
+    assert lines[2].endswith("my bike is a Brompton") and lines[3] == dentist
+    assert len(lines) == 4, out
 
 
 def test_repl_tool_calls_print_inline(tmp_path: Path, llm_server: FakeLLMServer) -> None:
@@ -114,15 +139,18 @@ def test_repl_tool_calls_print_inline(tmp_path: Path, llm_server: FakeLLMServer)
     assert (tmp_path / "workspace" / "note.txt").read_text() == "hi"
 
 
-def test_repl_unreachable_llm_prints_one_line_and_keeps_serving(
+def test_repl_piped_failed_turn_says_its_error_once_and_exits_1(
     tmp_path: Path, unused_tcp_port: int
 ) -> None:
     url = f"http://127.0.0.1:{unused_tcp_port}/v1"
     proc = start_repl(tmp_path, url)
     out, err = proc.communicate("hello\n/session\n", timeout=120)
-    assert proc.returncode == 0, err
+    assert proc.returncode == 1, err  # a script can tell
+    # The error once, where the reply would be: no retry warnings, no log line repeating it.
     errors = [line for line in out.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and f"127.0.0.1:{unused_tcp_port}" in errors[0]
+    assert len(errors) == 1 and errors[0].startswith("error: cannot reach the LLM"), out
+    assert f"127.0.0.1:{unused_tcp_port}" in errors[0]
+    assert "cannot reach" not in err and "retry" not in err.lower(), err
     assert "session repl-" in out  # still serving after the failure
     assert "Traceback" not in out + err
 

@@ -80,13 +80,14 @@ def test_search_clamps_k_and_refuses_a_binary_batch_file(tmp_path: Path) -> None
     assert "Traceback" not in refused.stderr, refused.stderr
     assert refused.returncode == 2
     assert refused.stderr.strip().splitlines() == [
-        f"memory search: {binary} is not UTF-8 text (byte 128); --batch wants one query per line"
+        f"luna memory search: {binary} is not UTF-8 text (byte 128); "
+        "--batch wants one query per line"
     ]
     nul = tmp_path / "queries.nul"
     nul.write_bytes(b"boat\x00\x00\x01\n")
     refused = luna(tmp_path, "memory", "search", "--batch", str(nul))
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
-    assert refused.stderr.strip() == f"memory search: {nul} holds binary data (NUL bytes)"
+    assert refused.stderr.strip() == f"luna memory search: {nul} holds binary data (NUL bytes)"
 
 
 def test_import_skips_deep_and_huge_lines_and_never_duplicates_lines_without_id(

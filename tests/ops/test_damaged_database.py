@@ -115,7 +115,8 @@ def test_emptied_or_deleted_database_is_refused_loudly_until_asked_to_start_fres
         refused = run_luna(tmp_path, llm_server.url, *args, input="hello\n")
         assert refused.returncode == 1
         line = one_line(refused.stderr)
-        assert line.startswith(f"luna: the database {db} is empty (0 bytes), but the data folder")
+        prefix = "luna" if args[0] == "repl" else "luna memory list"  # who says it
+        assert line.startswith(f"{prefix}: the database {db} is empty (0 bytes), but the data")
         assert "a saved REPL session (repl_session)" in line
         assert "`luna --fresh-database`" in line
     doctor = run_luna(tmp_path, llm_server.url, "doctor", "--only", "database")

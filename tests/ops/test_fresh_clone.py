@@ -86,7 +86,7 @@ def test_an_endpoint_the_user_chose_is_never_replaced(fresh_clone: Path) -> None
         s.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
     by_env = run_luna(fresh_clone, "hello\n", LLM_ENDPOINT=dead)
-    assert by_env.returncode == 0, by_env.stderr[-2000:]
+    assert by_env.returncode == 1, by_env.stderr[-2000:]  # the piped turn failed: a script sees it
     assert "embedded demo model" not in by_env.stdout
     assert f"error: cannot reach the LLM at {dead}" in by_env.stdout
     set_ = subprocess.run(
@@ -95,6 +95,7 @@ def test_an_endpoint_the_user_chose_is_never_replaced(fresh_clone: Path) -> None
     )  # fmt: skip
     assert set_.returncode == 0, set_.stderr
     by_file = run_luna(fresh_clone, "hello\n")
+    assert by_file.returncode == 1, by_file.stderr[-2000:]
     assert "embedded demo model" not in by_file.stdout
     assert f"error: cannot reach the LLM at {dead}" in by_file.stdout
     assert "# Set it (here, with" in (fresh_clone / "config.toml").read_text()  # comments kept

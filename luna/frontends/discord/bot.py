@@ -114,7 +114,7 @@ class Job:
     text: str
 
 
-def check(cfg: Config) -> None:
+def check(cfg: Config, mode: str = "auto") -> None:
     """A malformed DISCORD_TOKEN stops Luna with one line, before any network."""
     problem = discord_token_problem(cfg.discord.token)
     if problem:

@@ -31,6 +31,7 @@ from luna.errors import ConfigError
 from luna.frontends.web.inputs import ApiError, error, json_body, query_int
 from luna.frontends.web.state import state
 from luna.observe import stats
+from luna.scheduler.heartbeat import check_config
 
 MAX_DAYS = 366
 
@@ -154,7 +155,7 @@ async def set_config(request: web.Request) -> web.Response:
         return error(400, "'key' and 'value' must be strings (the value as you would type it)")
     path = _config_path(state(request).cfg)
     try:
-        value, backup = await asyncio.to_thread(set_value, path, key, raw)
+        value, backup = await asyncio.to_thread(set_value, path, key, raw, check=check_config)
     except ConfigError as e:
         return error(400, str(e))
     return web.json_response(

@@ -56,11 +56,13 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 CLOSE_TIMEOUT_S = 5.0
 
 
-def check(cfg: Config) -> None:
-    """Refuse to start without a token worth the name."""
+def check(cfg: Config, mode: str = "auto") -> None:
+    """Refuse to start without a token worth the name. Turning the page off is a way out only
+    when ``web.enabled`` added it; ``luna web`` asked for it by name."""
     problem = token_problem(cfg.web.token)
     if problem:
-        raise ConfigError(f"web: {problem}; {HOW_TO_SET}, or set web.enabled = false")
+        way_out = "" if mode == "web" else ", or set web.enabled = false"
+        raise ConfigError(f"web: {problem}; {HOW_TO_SET}{way_out}")
 
 
 async def index(request: web.Request) -> web.FileResponse:

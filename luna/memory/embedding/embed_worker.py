@@ -18,6 +18,8 @@ Invariants:
 - A worker that dies is reported as :class:`WorkerDiedError` (a MemoryStoreError); the next call
   starts a fresh worker, and Memory restarts it in the background (keyword-only meanwhile).
 - The worker exits by itself within a second when Luna's process is gone (even on kill -9).
+- The worker ignores SIGINT: Ctrl-C in the terminal reaches Luna's process only.
+- A shutdown that waits gives the worker ``SHUTDOWN_TIMEOUT`` (1 s), then terminates it.
 - Vectors come back exactly as :class:`Embedder` makes them (float32, unit length, ``dim``).
 """
 
@@ -47,7 +49,10 @@ from luna.memory.embedding.embeddings import (
 
 WORKER_NICE = 10
 PARENT_CHECK_S = 0.5
-SHUTDOWN_TIMEOUT = 10.0
+# Why short: at exit the worker is often mid-load (the model, or its first export); waiting for
+# that made `echo hi | luna` take 13 s. Nothing it does needs a clean exit (the cache publishes
+# atomically, an export dies with it), so it gets this long to go, then is terminated.
+SHUTDOWN_TIMEOUT = 1.0
 
 BULK_THREADS = 2  # ONNX Runtime runs one thread per call; bulk work splits over two
 
@@ -92,10 +97,27 @@ def _lower_priority() -> None:
         pass
 
 
+def _submit_without_sigint(pool: ProcessPoolExecutor, fn: Any, *args: Any) -> Any:
+    """The pool's first submit, which starts the worker process, with SIGINT blocked in this
+    thread: the child inherits the mask, so a Ctrl-C meant for the REPL (the terminal sends it
+    to the whole foreground process group) stays pending until :func:`_init_worker` ignores it,
+    even while the child is still importing."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        return pool.submit(fn, *args)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def _init_worker(
     model_name: str, dim: int, backend: str, cache_dir: Path | None, parent_pid: int
 ) -> None:
     global _worker_embedder, _bulk
+    # Ctrl-C is for Luna's process, which cancels a turn; the worker (and the export it may
+    # start, which inherits this) must not die of it. Ignored first, then the pending one from
+    # start-up is dropped by unblocking.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     threading.Thread(target=exit_with_parent, args=(parent_pid,), daemon=True).start()
     _bulk = ThreadPoolExecutor(
         BULK_THREADS, thread_name_prefix="embed-bulk", initializer=_lower_priority
@@ -192,7 +214,7 @@ class EmbeddingProcess:
             if pool in self._started:
                 future = pool.submit(fn, *args)
             else:  # the first submit starts the process (fork + exec): not on the event loop
-                future = await asyncio.to_thread(pool.submit, fn, *args)
+                future = await asyncio.to_thread(_submit_without_sigint, pool, fn, *args)
                 self._started.add(pool)
             return await asyncio.wrap_future(future)
         except BrokenProcessPool as exc:

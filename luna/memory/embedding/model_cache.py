@@ -32,6 +32,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,7 @@ EXPORT_TIMEOUT_S = 900.0
 STALE_TMP_S = 3600.0
 EXIT_UNSUPPORTED = 3  # the exporter's exit code for "this model cannot be exported"
 PARENT_ENV = "LUNA_EXPORT_PARENT"  # the pid the exporter dies with (see onnx_export.main)
+STEP_PREFIX = "luna-export-step: "  # a stderr line of the exporter's that says what it does now
 
 
 def cache_dir_for(db_path: Path) -> Path:
@@ -175,6 +177,22 @@ def publish(tmp: Path, cache_dir: Path, key: dict[str, Any], record: str, data: 
     return final
 
 
+def _relay_steps(stream: Any, errors: list[str]) -> None:
+    """Read the exporter's stderr: its steps go to a person watching (a terminal on this
+    process's stderr: the first start takes a minute or more, and should say why), in the log
+    either way; anything else is kept for the outcome's detail."""
+    is_watched = sys.stderr.isatty()
+    for line in stream:
+        line = line.rstrip("\n")
+        if line.startswith(STEP_PREFIX):
+            step = line.removeprefix(STEP_PREFIX)
+            log.info("memory: embedding model export: %s", step)
+            if is_watched:
+                print(f"memory: preparing the embedding model, once: {step}", file=sys.stderr)
+        elif line.strip():
+            errors.append(line)
+
+
 @dataclass(frozen=True)
 class ExportOutcome:
     ok: bool
@@ -194,15 +212,31 @@ def run_export(cache_dir: Path, model_name: str, dim: int) -> ExportOutcome:
         str(cache_dir),
     ]
     env = {**os.environ, PARENT_ENV: str(os.getpid())}
+    errors: list[str] = []
     try:
-        proc = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S, check=False, env=env
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
         )
-    except (OSError, subprocess.TimeoutExpired) as exc:
+    except OSError as exc:
+        return ExportOutcome(False, f"the export did not start: {exc}", time.monotonic() - start)
+    out: list[str] = []
+    readers = [
+        threading.Thread(target=_relay_steps, args=(proc.stderr, errors), daemon=True),
+        threading.Thread(target=lambda: out.extend(proc.stdout or ()), daemon=True),
+    ]
+    for reader in readers:
+        reader.start()
+    try:
+        proc.wait(timeout=EXPORT_TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:
+        proc.kill()
+        proc.wait()
         return ExportOutcome(False, f"the export did not finish: {exc}", time.monotonic() - start)
+    for reader in readers:
+        reader.join(5.0)
     seconds = time.monotonic() - start
-    lines = [line for line in proc.stdout.splitlines() if line.strip()]
-    detail = lines[-1] if lines else (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    lines = [line.strip() for line in out if line.strip()]
+    detail = lines[-1] if lines else (errors or ["no output"])[-1]
     if proc.returncode not in (0, EXIT_UNSUPPORTED):
         detail = f"exit code {proc.returncode}: {detail}"
     return ExportOutcome(proc.returncode == 0, detail, seconds)

@@ -38,6 +38,7 @@ from luna.memory.embedding.model_cache import (
     EXIT_UNSUPPORTED,
     MANIFEST,
     PARENT_ENV,
+    STEP_PREFIX,
     UNSUPPORTED,
     cache_key,
     new_tmp_dir,
@@ -156,10 +157,20 @@ def check_against_torch(model: Any, folder: Path, manifest: dict[str, Any]) -> f
     return float(np.min(np.sum(ours * theirs, axis=1)))
 
 
+def step(name: str, start: float) -> None:
+    """Say on stderr what the export does now and how long it has run (see run_export)."""
+    print(
+        f"{STEP_PREFIX}{name} ({time.monotonic() - start:.0f} s so far)",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def export(model_name: str, dim: int, cache_dir: Path) -> tuple[int, str]:
     """Export and publish; returns (exit code, what happened)."""
     start = time.monotonic()
     quiet_progress_bars()
+    step("1/4 loading torch and the model", start)
     from sentence_transformers import SentenceTransformer
 
     model = SentenceTransformer(
@@ -171,7 +182,9 @@ def export(model_name: str, dim: int, cache_dir: Path) -> tuple[int, str]:
     tmp = new_tmp_dir(cache_dir, key)
     try:
         try:
+            step("2/4 exporting it to ONNX", start)
             manifest = write_export(model, tmp)
+            step("3/4 checking the export against torch", start)
             cosine = check_against_torch(model, tmp, manifest)
             if not cosine > MIN_COSINE:
                 raise Unsupported(f"the exported model differs from torch (cosine {cosine:.6f})")
@@ -180,6 +193,7 @@ def export(model_name: str, dim: int, cache_dir: Path) -> tuple[int, str]:
                 path.unlink()
             where = publish(tmp, cache_dir, key, UNSUPPORTED, {"reason": str(exc)})
             return EXIT_UNSUPPORTED, f"unsupported: {exc} (recorded in {where})"
+        step("4/4 saving it in the model cache", start)
         manifest["min_cosine_to_torch"] = round(cosine, 7)
         manifest["export_seconds"] = round(time.monotonic() - start, 2)
         where = publish(tmp, cache_dir, key, MANIFEST, manifest)
