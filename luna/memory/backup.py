@@ -251,8 +251,8 @@ def daily_backup(db_path: Path, keep: int) -> BackupResult | None:
         return None
     try:
         with held(Path(db_path).parent, "daily backup") as (lock, leftovers):
-            if leftovers.paths:
-                log.warning("memory: %s", leftovers.line())
+            if leftovers.paths:  # said in the JSON log (leftovers_removed)
+                log.info("memory: %s", leftovers.line())
             result = make_backup(db_path, auto=True, lock=lock)
             removed = rotate(db_path, keep)
     except DataFolderInUseError as exc:
