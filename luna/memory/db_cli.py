@@ -99,7 +99,7 @@ def _locked(cfg: Config, what: str, job: Callable[..., T], *args: Any) -> T:
 
 
 async def backup_cmd(args: argparse.Namespace, cfg: Config) -> int:
-    if args.file is not None and not args.file.parent.is_dir():  # a typo, not a new folder
+    if args.file is not None and backup.folder_missing(cfg.memory.db_path, args.file):
         print(
             f"luna backup: there is no folder {args.file.parent}; create it first", file=sys.stderr
         )

@@ -100,7 +100,8 @@ def test_kill9_during_backup_and_recover_leaves_nothing_the_next_run_keeps(
 
     again = run_luna(tmp_path, NO_LLM, "backup")
     assert again.returncode == 0, again.stderr
-    assert "note: removed " in again.stderr and "that was killed" in again.stderr, again.stderr
+    assert again.stderr.startswith("note: removed ") and "that was killed" in again.stderr
+    assert again.stderr.count("\n") == 1, again.stderr  # one line, the paths go to the log
     assert not [*backups.glob(".tmp-*"), *data.glob(".recover-*"), *data.glob(".tmp-*"),
                 *(tmp_path / "elsewhere").glob(".*")]  # fmt: skip
 

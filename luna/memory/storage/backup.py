@@ -61,6 +61,13 @@ def default_target(db_path: Path, *, auto: bool = False) -> Path:
     return datafolder.backups_dir(db_path) / f"{prefix}{stamp()}.db"
 
 
+def folder_missing(db_path: Path, target: Path) -> bool:
+    """Whether ``target``'s folder does not exist and is not Luna's own ``backups/`` (which is
+    made when needed): a typo in a path is refused, never made into new folders."""
+    parent = Path(target).parent
+    return not parent.is_dir() and parent.resolve() != datafolder.backups_dir(db_path).resolve()
+
+
 def make_backup(
     db_path: Path,
     target: Path | None = None,
@@ -75,7 +82,7 @@ def make_backup(
     db_path = Path(db_path)
     if not db_path.is_file() or db_path.stat().st_size == 0:
         raise MemoryStoreError(f"there is no database to back up at {db_path}")
-    if target is not None and not Path(target).parent.is_dir():  # a typo, not a new folder
+    if target is not None and folder_missing(db_path, target):
         raise MemoryStoreError(f"there is no folder {Path(target).parent}; create it first")
     target = Path(target) if target is not None else default_target(db_path, auto=auto)
     if target.exists():
@@ -251,8 +258,8 @@ def daily_backup(db_path: Path, keep: int) -> BackupResult | None:
         return None
     try:
         with held(Path(db_path).parent, "daily backup") as (lock, leftovers):
-            if leftovers.paths:
-                log.warning("memory: %s", leftovers.line())
+            if leftovers.paths:  # said in the JSON log (leftovers_removed)
+                log.info("memory: %s", leftovers.line())
             result = make_backup(db_path, auto=True, lock=lock)
             removed = rotate(db_path, keep)
     except DataFolderInUseError as exc:

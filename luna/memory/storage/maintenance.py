@@ -32,6 +32,7 @@ from pathlib import Path
 
 from luna import datafolder
 from luna.errors import DataFolderInUseError
+from luna.observe import log_event
 
 log = logging.getLogger(__name__)
 
@@ -152,8 +153,10 @@ def clean_leftovers(data_dir: Path, tracked: Iterable[Path] = ()) -> Leftovers:
             log.warning("maintenance: could not remove the leftover %s: %s", path, exc)
             continue
         removed.append(path)
-    if removed:
-        log.warning("maintenance: removed leftovers of a killed data command: %s", removed)
+    if removed:  # the person gets Leftovers.line(); the log gets every path
+        log.info("maintenance: removed leftovers of a killed data command: %s", removed)
+        log_event("memory_op", op="leftovers_removed", count=len(removed), bytes=size,
+                  paths=[str(p) for p in removed])  # fmt: skip
     return Leftovers(removed, size)
 
 
