@@ -61,7 +61,8 @@ def test_cli_schedule_refusals_are_one_line_exit_1(tmp_path: Path) -> None:
     ):
         proc = luna(tmp_path, *args)
         assert proc.returncode == 1, (args, proc.stderr)
-        assert proc.stderr.startswith("luna: ") and message in proc.stderr, proc.stderr
+        prefix = f"luna schedule {args[0]}: "  # every command names itself
+        assert proc.stderr.startswith(prefix) and message in proc.stderr, proc.stderr
         assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
 
 
