@@ -209,13 +209,13 @@ def _schema_state(cfg: Config) -> CheckResult:
     pending = [n for n in known if n not in applied]
     stored = meta.get("embedding_model")
     if stored is not None and (
-        stored != cfg.memory.embedding_model
+        stored != cfg.memory.vector_model
         or meta.get("embedding_dim") != str(cfg.memory.embedding_dim)
     ):
         return fail(
             "schema",
             f"{path} was embedded with {stored!r} ({meta.get('embedding_dim')} dims) but the "
-            f"config says {cfg.memory.embedding_model!r} ({cfg.memory.embedding_dim} dims)",
+            f"config says {cfg.memory.vector_model!r} ({cfg.memory.embedding_dim} dims)",
             "run `luna memory reindex`, or set memory.embedding_model back",
         )
     version = applied[-1] if applied else "empty"

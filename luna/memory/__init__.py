@@ -40,6 +40,7 @@ from luna.errors import DatabaseBusyError, DatabaseCorruptError, MemoryStoreErro
 from luna.memory.embedding.embed_worker import EmbeddingProcess
 from luna.memory.embedding.embeddings import Embedder, LoadInfo
 from luna.memory.embedding.encoder import Encoder
+from luna.memory.embedding.endpoint import EndpointEncoder
 from luna.memory.embedding.indexer import FLUSH_BATCH, Indexer, index_batch
 from luna.memory.recall.pipeline import run_recall
 from luna.memory.recall.search import RecallItem, format_recall
@@ -74,7 +75,9 @@ class Memory:
 
     def __init__(self, cfg: MemoryConfig) -> None:
         self.cfg = cfg
-        self.encoder = Encoder(cfg)
+        self.encoder: Encoder | EndpointEncoder = (
+            EndpointEncoder(cfg) if cfg.embedding_endpoint else Encoder(cfg)
+        )
         self.vector_enabled = False
         self.vector_error = ""
         self._store: Store | None = None
@@ -132,7 +135,7 @@ class Memory:
                 await self.writes.run(
                     store,
                     store.check_embedding_model,
-                    self.cfg.embedding_model,
+                    self.cfg.vector_model,
                     self.cfg.embedding_dim,
                 )
         except BaseException:
@@ -184,8 +187,8 @@ class Memory:
     @property
     def recall_mode(self) -> str:
         """What the next recall would be: ``hybrid``, ``fts_warming`` or ``fts``."""
-        if not self.vector_enabled:
-            return "fts"
+        if not self.vector_enabled or self.encoder.is_down:
+            return "fts"  # no vectors, or the embedding endpoint is down (it said so once)
         if self._background and not self.encoder.is_ready:
             return "fts_warming"
         return "hybrid"
@@ -483,7 +486,7 @@ class Memory:
             )
         await self.encoder.load()
         await asyncio.to_thread(
-            self.store.reset_vectors, self.cfg.embedding_model, self.cfg.embedding_dim
+            self.store.reset_vectors, self.cfg.vector_model, self.cfg.embedding_dim
         )
         self.vector_enabled = True
         return await self.flush_index(progress)
