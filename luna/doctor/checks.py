@@ -36,6 +36,7 @@ from typing import Any
 from luna.config import Config
 from luna.config.secrets import discord_bot_id, discord_token_problem
 from luna.doctor.database import check_database
+from luna.doctor.embedding import check_embedding_endpoint
 from luna.doctor.llm import check_llm
 from luna.doctor.result import CheckResult, fail, in_thread, ok, skipped
 from luna.doctor.skills import check_skills
@@ -130,6 +131,8 @@ def _recall_modes(cfg: Config) -> CheckResult:
 
 async def check_embeddings(cfg: Config) -> list[CheckResult]:
     modes = await in_thread(_recall_modes, cfg)
+    if cfg.memory.embedding_endpoint:  # no local model: see the embedding endpoint check
+        return [skipped("embeddings", "memory.embedding_endpoint is set"), modes]
     try:
         detail, as_configured = await in_thread(_encode_probe, cfg)
     except Exception as e:  # noqa: BLE001 - any failure is the answer we report
@@ -361,6 +364,7 @@ CHECKS: list[tuple[str, Check]] = [
     ("config", check_config),
     ("llm", check_llm),
     ("embeddings", check_embeddings),
+    ("endpoint", check_embedding_endpoint),
     ("sqlite", check_sqlite),
     ("database", check_database),
     ("schema", check_schema),

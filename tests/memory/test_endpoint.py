@@ -259,3 +259,34 @@ async def test_memory_falls_back_to_fts_while_endpoint_is_down(
     assert (await mem.stats())["embedded"] == 2
     assert mem.recall_mode == "hybrid"
     await mem.close()
+
+
+async def test_doctor_endpoint_check_ok_down_and_wrong_dim(
+    server: EmbedServer, tmp_path: Any
+) -> None:
+    from luna.doctor.embedding import check_embedding_endpoint
+
+    memory = {
+        "embedding_endpoint": server.url,
+        "embedding_endpoint_model": "test-embed",
+        "embedding_dim": DIM,
+        "embedding_endpoint_key_env": "EMBED_KEY",
+    }
+    cfg = build_config({"memory": memory}, {}, base_dir=tmp_path)
+    key, result = await check_embedding_endpoint(cfg)
+    assert key.ok is False and not key.essential and "EMBED_KEY" in key.detail
+    assert result.ok and f"model 'test-embed', {DIM} dims" in result.detail
+    server.script.append(503)
+    (result,) = await check_embedding_endpoint(
+        cfg.model_copy(
+            update={"memory": cfg.memory.model_copy(update={"embedding_endpoint_key": "k"})}
+        )
+    )
+    assert result.ok is False and not result.essential  # ⚠: keyword-only meanwhile
+    assert "unreachable: HTTP 503" in result.detail and "llama-server --embedding" in result.fix
+    server.dim = 8
+    cfg = build_config(
+        {"memory": {**memory, "embedding_endpoint_key_env": ""}}, {}, base_dir=tmp_path
+    )
+    (result,) = await check_embedding_endpoint(cfg)
+    assert result.failed and "set memory.embedding_dim = 8" in result.detail
