@@ -187,8 +187,8 @@ class Memory:
     @property
     def recall_mode(self) -> str:
         """What the next recall would be: ``hybrid``, ``fts_warming`` or ``fts``."""
-        if not self.vector_enabled or self.encoder.is_down:
-            return "fts"  # no vectors, or the embedding endpoint is down (it said so once)
+        if not self.vector_enabled or self.encoder.is_down or self.encoder.is_failed:
+            return "fts"  # no vectors, the model failed, or the endpoint is down (all logged)
         if self._background and not self.encoder.is_ready:
             return "fts_warming"
         return "hybrid"
