@@ -13,8 +13,12 @@ Invariants:
 - Output for machines (``--json``) is one JSON object per line.
 - Beside a running Luna (``luna.datafolder``): reading commands and ``add``/``import``/
   ``forget`` go through (WAL lets one process write while others read, a busy database is
-  waited for, and the running Luna sees the change at its next query); ``reindex`` refuses,
-  because it drops every vector under the running Luna's indexer.
+  waited for, and the running Luna sees the change at its next query). ``reindex`` too: a
+  running Luna sees the vectors become another model's and answers keyword-only (logged) until
+  it is restarted with the new model, which answers from vectors for what is re-embedded and
+  from FTS for the rest. ``reindex`` stopped at any point (``kill -9``) resumes where it
+  stopped when run again; it prints a progress bar on a terminal, else a line every
+  ``PROGRESS_EVERY_S``.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import asyncio
 import contextlib
 import json
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -36,6 +41,7 @@ from luna.memory.recall.search import MAX_K
 from luna.messages import clean_text
 
 IMPORT_BATCH = 256
+PROGRESS_EVERY_S = 5.0
 SOURCES = ("user", "assistant", "tool", "import")
 
 
@@ -200,26 +206,55 @@ async def stats_cmd(args: argparse.Namespace, cfg: Config) -> int:
     return 0
 
 
+class ReindexProgress:
+    """A tqdm bar on a terminal; otherwise one line every ``PROGRESS_EVERY_S`` (a log file or a
+    pipe gets no carriage returns)."""
+
+    def __init__(self, stream: Any = None) -> None:
+        self.stream = stream or sys.stderr
+        self.bar: Any = None
+        self.done = self.total = self.resumed = 0
+        self.start = self.last = time.monotonic()
+
+    def started(self, done: int, total: int) -> None:
+        self.done, self.total, self.resumed = done, total, done
+        if done:
+            print(f"reindex: resuming, {done} of {total} docs embedded already", file=self.stream)
+        if self.stream.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, initial=done, unit="doc", desc="reindex", file=self.stream)
+
+    def update(self, n: int) -> None:
+        self.done += n
+        if self.bar is not None:
+            self.bar.update(n)
+            return
+        now = time.monotonic()
+        if now - self.last >= PROGRESS_EVERY_S or self.done >= self.total:
+            self.last = now
+            rate = (self.done - self.resumed) / max(now - self.start, 1e-9)
+            share = 100 * self.done / max(self.total, 1)
+            print(
+                f"reindex: {self.done}/{self.total} docs ({share:.0f}%), {rate:.1f} docs/s",
+                file=self.stream,
+                flush=True,
+            )
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
 async def reindex_cmd(args: argparse.Namespace, cfg: Config) -> int:
-    from tqdm import tqdm
-
-    from luna.datafolder import running_pid
-
-    pid = await asyncio.to_thread(running_pid, cfg.data_dir)
-    if pid is not None:  # it drops every vector under the running Luna's indexer
-        print(
-            f"memory reindex: Luna is running on this data folder (pid {pid}); stop it first",
-            file=sys.stderr,
-        )
-        return 1
-
-    async with open_memory(cfg, allow_model_change=True) as mem:
-        total = await mem.count_docs()
-        with tqdm(total=total, unit="doc", desc="reindex", file=sys.stderr) as bar:
-            done = await mem.reindex(progress=bar.update)
+    progress = ReindexProgress()
+    try:
+        async with open_memory(cfg, allow_model_change=True) as mem:
+            done = await mem.reindex(progress=progress.update, started=progress.started)
+    finally:
+        progress.close()
     print(
-        f"re-embedded {done} items with {cfg.memory.embedding_model} "
-        f"({cfg.memory.embedding_dim} dims)"
+        f"re-embedded {done} items with {cfg.memory.vector_model} ({cfg.memory.embedding_dim} dims)"
     )
     return 0
 

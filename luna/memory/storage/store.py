@@ -11,7 +11,11 @@ Invariants:
   (session) is embedded with a little of its neighbours' meaning (``doc_raw_vec`` keeps its
   own embedding so the mix can be redone when the next message arrives).
 - The embedding model's name and dimension live in ``meta``; a different configured model is
-  refused with a message that says to run ``luna memory reindex``.
+  refused with a message that says to run ``luna memory reindex``. Every vector carries the
+  model it was made with (``docs.embed_model``), and a vector of another model than meta's is
+  refused (:class:`VectorModelChangedError`): one search never mixes two models. A reindex
+  records its model in ``meta`` (``embedding_model`` and ``reindex_model``) before the first
+  vector; it is resumed, never restarted, while ``reindex_model`` names the configured one.
 - All access goes through one connection guarded by a lock; callers run these blocking methods
   in a worker thread (``asyncio.to_thread``).
 - SQLite's errors are translated here, once: a write that cannot get the lock raises
@@ -57,6 +61,10 @@ NEIGHBOUR_WEIGHT = 0.3  # share of each neighbour's embedding mixed into a threa
 CTX_CHARS = 600  # how much of a neighbour's text goes into a doc's FTS context
 
 
+class VectorModelChangedError(MemoryStoreError):
+    """The database's vectors are now another model's (a reindex ran beside this process)."""
+
+
 def now_iso() -> str:
     """The current UTC time as ISO 8601 with milliseconds."""
     return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
@@ -72,6 +80,8 @@ class Store:
         self.vector_enabled = self.conn.vector_enabled
         self.vector_error = self.conn.vector_error
         self.dim: int | None = None
+        self.model: str | None = None  # the model this process's vectors come from
+        self._db_model: str | None = None  # meta's embedding_model as last read
         self.has_unsynced = False  # a durable=False commit has not been fsynced yet
         self.vocab_ready = (
             False  # luna.memory.recall.vocab's scratch tables exist on this connection
@@ -93,6 +103,17 @@ class Store:
             self._ram_index.clear()
             self._doc_count = None
             self._speakers.clear()
+            row = self.conn.execute(
+                "SELECT value FROM meta WHERE key = 'embedding_model'"
+            ).fetchone()
+            self._db_model = row[0] if row else None
+
+    def vectors_current(self) -> bool:
+        """False once the database's vectors are another model's than this process embeds
+        with (a ``luna memory reindex`` beside it): its query vectors must not be searched."""
+        with self.lock, self.translated():
+            self._see_other_writers()
+            return self.model is None or self._db_model in (None, self.model)
 
     def close(self) -> None:
         with self.lock:
@@ -244,6 +265,7 @@ class Store:
                 "configured model"
             )
         self.dim = dim
+        self.model = model
         if self.vector_enabled:
             self._ensure_vec_table(dim)
 
@@ -255,20 +277,34 @@ class Store:
                 "scope text partition key)"
             )
 
+    def reindex_pending(self, model: str, dim: int) -> bool:
+        """True when a reindex to (``model``, ``dim``) began and has not finished."""
+        return self.get_meta("reindex_model") == f"{model}\t{dim}"
+
+    def finish_reindex(self) -> None:
+        with self.transaction() as conn:
+            conn.execute("DELETE FROM meta WHERE key = 'reindex_model'")
+
     def reset_vectors(self, model: str, dim: int) -> None:
-        """Drop every vector and record a new model (first step of a reindex)."""
+        """Drop every vector and record a new model (first step of a reindex; the reindex is
+        recorded as under way until :meth:`finish_reindex`)."""
         with self.transaction() as conn:
             conn.execute("DROP TABLE IF EXISTS docs_vec")
             conn.execute("DELETE FROM doc_raw_vec")
             self._ram_index.clear()
-            conn.execute("UPDATE docs SET embedded = 0")
-            for key, value in (("embedding_model", model), ("embedding_dim", str(dim))):
+            conn.execute("UPDATE docs SET embedded = 0, embed_model = NULL")
+            for key, value in (
+                ("embedding_model", model),
+                ("embedding_dim", str(dim)),
+                ("reindex_model", f"{model}\t{dim}"),
+            ):
                 conn.execute(
                     "INSERT INTO meta (key, value) VALUES (?, ?) "
                     "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                     (key, value),
                 )
         self.dim = dim
+        self.model = model
         if self.vector_enabled:
             self._ensure_vec_table(dim)
 
@@ -382,6 +418,14 @@ class Store:
         if not self.vector_enabled or not rows:
             return
         with self.transaction(durable=False) as conn:  # derived: recomputed if ever lost
+            row = conn.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchone()
+            stored = row[0] if row else None
+            if self.model is not None and stored not in (None, self.model):
+                raise VectorModelChangedError(
+                    f"the memory database's vectors are now {stored!r}'s (a reindex), not "
+                    f"{self.model!r}'s: vectors of {self.model!r} are no longer stored"
+                )
+            self.model = self.model or stored
             refresh: set[int] = set()
             for doc_id, scope, blob in rows:
                 row = conn.execute(
@@ -410,7 +454,9 @@ class Store:
             "INSERT INTO docs_vec (rowid, embedding, scope) VALUES (?, ?, ?)",
             (doc_id, blob, scope),
         )
-        conn.execute("UPDATE docs SET embedded = 1 WHERE id = ?", (doc_id,))
+        conn.execute(
+            "UPDATE docs SET embedded = 1, embed_model = ? WHERE id = ?", (self.model, doc_id)
+        )
 
     def _neighbours(
         self, conn: db.Connection, thread: str, kind: str, doc_id: int
