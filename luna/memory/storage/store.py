@@ -49,6 +49,7 @@ from luna.errors import DatabaseBusyError, MemoryStoreError
 from luna.memory.storage import db
 from luna.memory.storage.migrations import MIGRATIONS, Migration
 from luna.memory.storage.vector_index import RAM_INDEX_MIN_DOCS, VectorIndex
+from luna.memory.storage.vector_model import VectorModel, VectorModelChangedError
 from luna.observe import log_event
 
 log = logging.getLogger(__name__)
@@ -61,16 +62,12 @@ NEIGHBOUR_WEIGHT = 0.3  # share of each neighbour's embedding mixed into a threa
 CTX_CHARS = 600  # how much of a neighbour's text goes into a doc's FTS context
 
 
-class VectorModelChangedError(MemoryStoreError):
-    """The database's vectors are now another model's (a reindex ran beside this process)."""
-
-
 def now_iso() -> str:
     """The current UTC time as ISO 8601 with milliseconds."""
     return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
 
 
-class Store:
+class Store(VectorModel):
     """One SQLite connection plus the lock that serializes its use across threads."""
 
     def __init__(self, path: Path, *, load_vec: bool = True) -> None:
@@ -107,13 +104,6 @@ class Store:
                 "SELECT value FROM meta WHERE key = 'embedding_model'"
             ).fetchone()
             self._db_model = row[0] if row else None
-
-    def vectors_current(self) -> bool:
-        """False once the database's vectors are another model's than this process embeds
-        with (a ``luna memory reindex`` beside it): its query vectors must not be searched."""
-        with self.lock, self.translated():
-            self._see_other_writers()
-            return self.model is None or self._db_model in (None, self.model)
 
     def close(self) -> None:
         with self.lock:
@@ -236,77 +226,6 @@ class Store:
             applied.append(name)
             log_event("memory_op", op="migrate", migration=name)
         return applied
-
-    # ---- meta and the vector table -------------------------------------------------
-
-    def get_meta(self, key: str) -> str | None:
-        rows = self.query("SELECT value FROM meta WHERE key = ?", (key,))
-        return rows[0][0] if rows else None
-
-    def set_meta(self, key: str, value: str) -> None:
-        with self.transaction() as conn:
-            conn.execute(
-                "INSERT INTO meta (key, value) VALUES (?, ?) "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (key, value),
-            )
-
-    def check_embedding_model(self, model: str, dim: int) -> None:
-        """Record the model on first use; refuse a different one (MemoryStoreError)."""
-        stored_model, stored_dim = self.get_meta("embedding_model"), self.get_meta("embedding_dim")
-        if stored_model is None:
-            self.set_meta("embedding_model", model)
-            self.set_meta("embedding_dim", str(dim))
-        elif stored_model != model or stored_dim != str(dim):
-            raise MemoryStoreError(
-                f"the memory database {self.path} was indexed with embedding model "
-                f"{stored_model!r} ({stored_dim} dims) but the configuration says {model!r} "
-                f"({dim} dims); run `luna memory reindex` to re-embed everything with the "
-                "configured model"
-            )
-        self.dim = dim
-        self.model = model
-        if self.vector_enabled:
-            self._ensure_vec_table(dim)
-
-    def _ensure_vec_table(self, dim: int) -> None:
-        with self.transaction() as conn:
-            conn.execute(
-                "CREATE VIRTUAL TABLE IF NOT EXISTS docs_vec USING vec0("
-                f"embedding float[{int(dim)}] distance_metric=cosine, "
-                "scope text partition key)"
-            )
-
-    def reindex_pending(self, model: str, dim: int) -> bool:
-        """True when a reindex to (``model``, ``dim``) began and has not finished."""
-        return self.get_meta("reindex_model") == f"{model}\t{dim}"
-
-    def finish_reindex(self) -> None:
-        with self.transaction() as conn:
-            conn.execute("DELETE FROM meta WHERE key = 'reindex_model'")
-
-    def reset_vectors(self, model: str, dim: int) -> None:
-        """Drop every vector and record a new model (first step of a reindex; the reindex is
-        recorded as under way until :meth:`finish_reindex`)."""
-        with self.transaction() as conn:
-            conn.execute("DROP TABLE IF EXISTS docs_vec")
-            conn.execute("DELETE FROM doc_raw_vec")
-            self._ram_index.clear()
-            conn.execute("UPDATE docs SET embedded = 0, embed_model = NULL")
-            for key, value in (
-                ("embedding_model", model),
-                ("embedding_dim", str(dim)),
-                ("reindex_model", f"{model}\t{dim}"),
-            ):
-                conn.execute(
-                    "INSERT INTO meta (key, value) VALUES (?, ?) "
-                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                    (key, value),
-                )
-        self.dim = dim
-        self.model = model
-        if self.vector_enabled:
-            self._ensure_vec_table(dim)
 
     # ---- the searchable index ---------------------------------------------------------
 
