@@ -52,18 +52,22 @@ async def check_embedding_endpoint(cfg: Config) -> list[CheckResult]:
                 essential=False,
             )
         )
+
+    def said(exc: Exception) -> str:  # the check's name already says "embedding endpoint"
+        return str(exc).removeprefix("embedding endpoint ")
+
     enc = EndpointEncoder(probe_cfg)
     start = time.perf_counter()
     try:
         await enc.load()
     except EndpointDownError as exc:
-        return [*results, fail("embedding endpoint", str(exc), START_HINT, essential=False)]
+        return [*results, fail("embedding endpoint", said(exc), START_HINT, essential=False)]
     except EndpointDimError as exc:
         fix = "set memory.embedding_dim to what the model returns, then `luna memory reindex`"
-        return [*results, fail("embedding endpoint", str(exc), fix)]
+        return [*results, fail("embedding endpoint", said(exc), fix)]
     except MemoryStoreError as exc:
         fix = "check memory.embedding_endpoint_model and the endpoint's key"
-        return [*results, fail("embedding endpoint", str(exc), fix)]
+        return [*results, fail("embedding endpoint", said(exc), fix)]
     finally:
         await enc.close()
     ms = (time.perf_counter() - start) * 1000
