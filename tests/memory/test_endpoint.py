@@ -228,3 +228,17 @@ async def test_doctor_endpoint_check_ok_down_and_wrong_dim(
     )
     (result,) = await check_embedding_endpoint(cfg)
     assert result.failed and "set memory.embedding_dim = 8" in result.detail
+
+
+async def test_endpoint_query_gets_one_short_try(
+    server: EmbedServer, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(endpoint_mod, "QUERY_TIMEOUT_S", 0.2)
+    server.script.extend([("sleep", 1.0)] * 3)
+    enc = EndpointEncoder(cfg_for(server.url, tmp_path, embedding_timeout=5.0))
+    start = time.monotonic()
+    with pytest.raises(EndpointDownError, match="no answer within 0.2 s"):
+        await enc.encode(["where is the key?"], is_query=True)
+    assert time.monotonic() - start < 0.8 and len(server.requests) == 1  # no retries
+    assert enc.is_down
+    await enc.close()

@@ -13,6 +13,8 @@ Invariants:
 - Every vector returned is float32, L2-normalized, exactly ``memory.embedding_dim`` long. An
   answer of another length is refused whole (nothing of it is stored): :class:`EndpointDimError`,
   final, one line naming what to set.
+- A turn's query (``is_query``) gets one try of at most ``QUERY_TIMEOUT_S``: a slow or dead
+  endpoint costs a turn seconds, never the retries' minutes; that recall is keyword-only.
 - Down (retries used up): :class:`EndpointDownError`, temporary. The first one logs one warning
   (recall is keyword-only, mode ``fts``) and starts a background probe that tries the endpoint
   every ``PROBE_S`` (doubling to ``PROBE_MAX_S``) until it answers; then one info line and the
@@ -48,6 +50,7 @@ PROBE_S = 1.0
 PROBE_MAX_S = 30.0
 PROBE_TEXT = "Luna embedding probe"
 KEY_HINT = "; check memory.embedding_endpoint_key_env and the key in that variable"
+QUERY_TIMEOUT_S = 5.0  # a turn's query vector: one try, this long at most, then keyword-only
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
 
@@ -147,16 +150,18 @@ class EndpointEncoder:
             )
         return self._client
 
-    async def _post(self, texts: list[str]) -> np.ndarray:
+    async def _post(self, texts: list[str], *, is_query: bool = False) -> np.ndarray:
         body = {"model": self.model, "input": texts, "encoding_format": "float"}
         delay = BACKOFF_S
-        for attempt in range(self.retries + 1):
+        retries = 0 if is_query else self.retries
+        timeout = min(self.timeout, QUERY_TIMEOUT_S) if is_query else self.timeout
+        for attempt in range(retries + 1):
             self.requests += 1
             why = ""
             try:
-                r = await self._http().post(self.url, json=body)
+                r = await self._http().post(self.url, json=body, timeout=timeout)
             except httpx.TimeoutException:
-                why = f"no answer within {self.timeout:g} s"
+                why = f"no answer within {timeout:g} s"
             except httpx.TransportError as exc:
                 why = f"cannot connect ({type(exc).__name__})"
             else:
@@ -176,15 +181,15 @@ class EndpointEncoder:
                             f"embedding endpoint {self.where}: not an embeddings answer"
                         ) from exc
                     return unit_rows(data, self.dim, len(texts), self.where)
-            if attempt < self.retries:
+            if attempt < retries:
                 log.debug("memory: embedding endpoint %s: %s; trying again", self.url, why)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, BACKOFF_MAX_S)
         raise EndpointDownError(f"embedding endpoint {self.where} is unreachable: {why}")
 
-    async def _embed(self, texts: list[str]) -> np.ndarray:
+    async def _embed(self, texts: list[str], *, is_query: bool = False) -> np.ndarray:
         parts = [
-            await self._post(texts[i : i + self.batch_size])
+            await self._post(texts[i : i + self.batch_size], is_query=is_query)
             for i in range(0, len(texts), self.batch_size)
         ]
         if not parts:
@@ -210,7 +215,7 @@ class EndpointEncoder:
         """Unit float32 vectors for ``texts``, ``(len(texts), dim)``."""
         texts = with_prefix(texts, self.prefixes[0] if is_query else self.prefixes[1])
         try:
-            vecs = await self._embed(texts)
+            vecs = await self._embed(texts, is_query=is_query)
         except MemoryStoreError as exc:
             self.failed(exc)
             raise
