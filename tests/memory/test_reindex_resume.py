@@ -160,3 +160,32 @@ def test_vector_model_migration_on_blank_and_old_database(tmp_path: Path) -> Non
     rows: list[Any] = old.query("SELECT embedded, embed_model FROM docs ORDER BY embedded")
     assert rows == [(0, None), (1, "all-MiniLM-L6-v2")]
     old.close()
+
+
+def test_reindex_progress_bar_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from luna.memory import cli
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    tty = Terminal()
+    bar = cli.ReindexProgress(tty)
+    bar.started(0, 300)
+    for _ in range(3):
+        bar.update(100)
+    bar.close()
+    assert "\r" in tty.getvalue() and "300/300" in tty.getvalue()
+
+    monkeypatch.setattr(cli, "PROGRESS_EVERY_S", 3600.0)
+    log = io.StringIO()
+    lines = cli.ReindexProgress(log)
+    lines.started(100, 300)
+    lines.update(100)  # within PROGRESS_EVERY_S: nothing
+    lines.update(100)  # the last: always said
+    lines.close()
+    assert log.getvalue().splitlines()[0] == "reindex: resuming, 100 of 300 docs embedded already"
+    assert len(log.getvalue().splitlines()) == 2 and "\r" not in log.getvalue()
+    assert log.getvalue().splitlines()[1].startswith("reindex: 300/300 docs (100%)")
