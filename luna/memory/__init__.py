@@ -224,9 +224,12 @@ class Memory:
     async def flush_index(self, progress: Callable[[int], None] | None = None) -> int:
         """Embed every doc still without a vector, now; returns how many were embedded."""
         total = 0
+        # An endpoint's batch is committed as soon as it is back: a reindex stopped by kill -9
+        # loses at most one request's work (in-process, FLUSH_BATCH docs is the throughput).
+        limit = self.cfg.embedding_batch_size if self.cfg.embedding_endpoint else FLUSH_BATCH
         while self.vector_enabled:
             try:
-                n = await index_batch(self.store, self.encoder, FLUSH_BATCH)
+                n = await index_batch(self.store, self.encoder, limit)
             except MemoryStoreError as exc:
                 self._embedding_failed(exc)
                 raise

@@ -27,7 +27,7 @@ from tests.fakes.embed_server import DIM, EmbedServer
 from tests.luna_process import clean_env
 
 DOCS = 400
-BATCH = 16  # per request; the indexer's flush batch is 128 docs (8 requests)
+BATCH = 16  # per request, each committed as it comes back
 
 
 @pytest.fixture
@@ -88,7 +88,7 @@ async def test_reindex_resumes_after_kill_9(
     server.requests.clear()
     proc = reindex(tmp_path, server)
     deadline = time.monotonic() + 60
-    while models(old.cfg.db_path).get("model-b", 0) < 128:  # one flush batch committed
+    while models(old.cfg.db_path).get("model-b", 0) < 128:  # 8 requests committed
         assert proc.poll() is None and time.monotonic() < deadline, proc.stderr
         await asyncio.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)
@@ -96,7 +96,7 @@ async def test_reindex_resumes_after_kill_9(
     first_requests = len(server.requests)
     done_before = models(old.cfg.db_path).get("model-b", 0)
     assert "model-a" not in models(old.cfg.db_path)  # never two models side by side
-    assert 128 <= done_before < DOCS
+    assert 128 <= done_before < DOCS and done_before % BATCH == 0
 
     # The Luna on model-a sees its vectors gone: keyword-only, said once.
     with caplog.at_level(logging.WARNING, logger="luna.memory"):
@@ -126,10 +126,9 @@ async def test_reindex_resumes_after_kill_9(
     assert f"reindex: resuming, {done_before} of {DOCS} docs embedded already" in err
     assert f"re-embedded {DOCS - done_before} items with model-b" in out
     assert models(old.cfg.db_path) == {"model-b": DOCS}
-    # the probe, then only what was left: ceil per flush batch of 128, BATCH per request
+    # the probe, then only what was left, BATCH per request
     left = DOCS - done_before
-    expected = 1 + sum(-(-min(128, left - i) // BATCH) for i in range(0, left, 128))
-    assert len(server.requests) == expected
+    assert len(server.requests) == 1 + -(-left // BATCH)
     print(
         f"\nkill -9 after {done_before}/{DOCS} docs ({first_requests} requests); "
         f"resumed: {left} docs in {len(server.requests)} requests, {seconds:.1f} s"
