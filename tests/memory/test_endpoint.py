@@ -242,3 +242,22 @@ async def test_endpoint_query_gets_one_short_try(
     assert time.monotonic() - start < 0.8 and len(server.requests) == 1  # no retries
     assert enc.is_down
     await enc.close()
+
+
+def test_prefix_rule_has_one_owner_for_both_encoders(tmp_path: Any) -> None:
+    from luna.memory.embedding.encoder import Encoder
+    from luna.memory.embedding.models import text_prefixes
+
+    nomic = ("search_query: ", "search_document: ")
+    assert text_prefixes("nomic-ai/nomic-embed-text-v1.5") == nomic
+    assert text_prefixes("all-MiniLM-L6-v2") == ("", "")
+    assert text_prefixes("nomic-embed-text", "q: ", "") == ("q: ", "")  # configured wins
+    local = MemoryConfig(
+        db_path=tmp_path / "luna.db",
+        embedding_model="nomic-ai/nomic-embed-text-v1.5",
+        embedding_dim=256,
+        embedding_process=False,
+    )
+    assert Encoder(local).prefixes == nomic  # constructing loads nothing
+    custom = local.model_copy(update={"embedding_document_prefix": "passage: "})
+    assert Encoder(custom).prefixes == ("", "passage: ")
