@@ -3,7 +3,8 @@
 Invariants:
 - This is the only module that reads ``os.environ`` for settings (``NO_COLOR`` included: it
   becomes ``Config.no_color``).
-- Secrets (``discord.token``, ``llm.api_key``, ``web.token``) come from the environment only; a
+- Secrets (``discord.token``, ``llm.api_key``, ``web.token``, the embedding endpoint's key named
+  by ``memory.embedding_endpoint_key_env``) come from the environment only; a
   config file that sets one is refused with a message saying which variable to set instead.
 - Relative paths resolve against the folder of the config file (or the current folder when
   there is none), so ``data/luna.db`` means the same thing wherever Luna is started from.
@@ -203,8 +204,14 @@ def build_config(
         raise ConfigError(f"config: {_describe(e.errors()[0], env_sources)}") from None
     sections = {name: _absolute_paths(getattr(cfg, name), base_dir) for name in SECTIONS}
     sections["llm"] = _server_keys(sections["llm"], env)
+    memory = sections["memory"]
+    if memory.embedding_endpoint_key_env:
+        key = env.get(memory.embedding_endpoint_key_env, "")
+        sections["memory"] = memory.model_copy(update={"embedding_endpoint_key": key})
     extra = tuple(env[name] for name in cfg.tools.secret_env if env.get(name))
     extra += tuple(s.api_key for s in sections["llm"].servers if s.api_key)
+    if sections["memory"].embedding_endpoint_key:
+        extra += (sections["memory"].embedding_endpoint_key,)
     no_color = bool(env.get("NO_COLOR"))  # present and not empty, whatever its value
     return cfg.model_copy(
         update={**sections, "sources": sources, "extra_secrets": extra, "no_color": no_color}

@@ -121,6 +121,20 @@ class MemoryConfig(Section):
     embedding_dim: Annotated[int, Field(ge=8, le=8192)] = 384
     embedding_process: bool = True
     embedding_backend: Literal["onnx", "torch"] = "onnx"
+    # An OpenAI-compatible server's base URL (".../v1"; it is sent POST /embeddings); empty:
+    # the in-process model above. See luna.memory.embedding.endpoint.
+    embedding_endpoint: str = ""
+    embedding_endpoint_model: str = ""  # the model name sent (and recorded with every vector)
+    embedding_endpoint_key_env: str = ""  # the environment variable holding its key
+    # secret: filled from embedding_endpoint_key_env by the loader, never from a file
+    embedding_endpoint_key: str = Field("", repr=False)
+    embedding_batch_size: Annotated[int, Field(ge=1, le=4096)] = 64
+    embedding_timeout: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    embedding_retries: Annotated[int, Field(ge=0, le=20)] = 3
+    # Text put before each query / document before embedding; both empty: the model's own
+    # (nomic-embed: "search_query: " / "search_document: ", luna.memory.embedding.models).
+    embedding_query_prefix: str = ""
+    embedding_document_prefix: str = ""
     recall_k: Annotated[int, Field(ge=1, le=100)] = 8
     recall_token_budget: Annotated[int, Field(ge=0, le=100_000)] = 1500
     librarian: bool = True
@@ -134,6 +148,29 @@ class MemoryConfig(Section):
     lock_wait: Annotated[float, Field(ge=0, le=3600)] = 20.0
     # Daily backups kept in <data>/backups (0: no automatic backups; luna.memory.storage.backup).
     backups_keep: Annotated[int, Field(ge=0, le=1000)] = 7
+
+    @field_validator("embedding_endpoint")
+    @classmethod
+    def _endpoint_url(cls, value: str) -> str:
+        value = value.strip().rstrip("/")
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL like http://gpu-box:8080/v1")
+        return value
+
+    @model_validator(mode="after")
+    def _endpoint_model(self) -> MemoryConfig:
+        if self.embedding_endpoint and not self.embedding_endpoint_model.strip():
+            raise ValueError(
+                "memory.embedding_endpoint_model must name the model the endpoint serves"
+            )
+        return self
+
+    @property
+    def vector_model(self) -> str:
+        """The model id recorded with every vector: the endpoint's model or the local one."""
+        if self.embedding_endpoint:
+            return self.embedding_endpoint_model.strip()
+        return self.embedding_model
 
 
 class AgentConfig(Section):
@@ -356,4 +393,5 @@ SECRET_KEYS = {
     "llm.api_key": "LLM_API_KEY",
     "discord.token": "DISCORD_TOKEN",
     "web.token": "LUNA_WEB_TOKEN",
+    "memory.embedding_endpoint_key": "the variable memory.embedding_endpoint_key_env names",
 }

@@ -36,6 +36,7 @@ from typing import Any
 from luna.config import Config
 from luna.config.secrets import discord_bot_id, discord_token_problem
 from luna.doctor.database import check_database
+from luna.doctor.embedding import check_embedding_endpoint
 from luna.doctor.llm import check_llm
 from luna.doctor.result import (
     CheckResult,
@@ -146,6 +147,8 @@ def _recall_modes(cfg: Config) -> CheckResult:
 
 async def check_embeddings(cfg: Config) -> list[CheckResult]:
     modes = await in_thread(_recall_modes, cfg)
+    if cfg.memory.embedding_endpoint:  # no local model: see the embedding endpoint check
+        return [skipped("embeddings", "memory.embedding_endpoint is set"), modes]
     try:
         detail, as_configured = await in_thread(_encode_probe, cfg)
     except Exception as e:  # noqa: BLE001 - any failure is the answer we report
@@ -225,13 +228,13 @@ def _schema_state(cfg: Config) -> CheckResult:
     pending = [n for n in known if n not in applied]
     stored = meta.get("embedding_model")
     if stored is not None and (
-        stored != cfg.memory.embedding_model
+        stored != cfg.memory.vector_model
         or meta.get("embedding_dim") != str(cfg.memory.embedding_dim)
     ):
         return fail(
             "schema",
             f"{path} was embedded with {stored!r} ({meta.get('embedding_dim')} dims) but the "
-            f"config says {cfg.memory.embedding_model!r} ({cfg.memory.embedding_dim} dims)",
+            f"config says {cfg.memory.vector_model!r} ({cfg.memory.embedding_dim} dims)",
             "run `luna memory reindex`, or set memory.embedding_model back",
         )
     version = applied[-1] if applied else "empty"
@@ -377,6 +380,7 @@ CHECKS: list[tuple[str, Check]] = [
     ("config", check_config),
     ("llm", check_llm),
     ("embeddings", check_embeddings),
+    ("endpoint", check_embedding_endpoint),
     ("sqlite", check_sqlite),
     ("database", check_database),
     ("schema", check_schema),

@@ -40,12 +40,13 @@ from luna.errors import DatabaseBusyError, DatabaseCorruptError, MemoryStoreErro
 from luna.memory.embedding.embed_worker import EmbeddingProcess
 from luna.memory.embedding.embeddings import Embedder, LoadInfo
 from luna.memory.embedding.encoder import Encoder
+from luna.memory.embedding.endpoint import EndpointEncoder
 from luna.memory.embedding.indexer import FLUSH_BATCH, Indexer, index_batch
 from luna.memory.recall.pipeline import run_recall
 from luna.memory.recall.search import RecallItem, format_recall
 from luna.memory.storage import facts, heads, health, session_log
 from luna.memory.storage.held import HeldMessages
-from luna.memory.storage.store import Store
+from luna.memory.storage.store import Store, VectorModelChangedError
 from luna.memory.storage.writes import WriteGate
 from luna.messages import LoggedMessage, Usage
 from luna.observe import Timer, log_event
@@ -74,7 +75,9 @@ class Memory:
 
     def __init__(self, cfg: MemoryConfig) -> None:
         self.cfg = cfg
-        self.encoder = Encoder(cfg)
+        self.encoder: Encoder | EndpointEncoder = (
+            EndpointEncoder(cfg) if cfg.embedding_endpoint else Encoder(cfg)
+        )
         self.vector_enabled = False
         self.vector_error = ""
         self._store: Store | None = None
@@ -132,7 +135,7 @@ class Memory:
                 await self.writes.run(
                     store,
                     store.check_embedding_model,
-                    self.cfg.embedding_model,
+                    self.cfg.vector_model,
                     self.cfg.embedding_dim,
                 )
         except BaseException:
@@ -184,8 +187,8 @@ class Memory:
     @property
     def recall_mode(self) -> str:
         """What the next recall would be: ``hybrid``, ``fts_warming`` or ``fts``."""
-        if not self.vector_enabled:
-            return "fts"
+        if not self.vector_enabled or self.encoder.is_down or self.encoder.is_failed:
+            return "fts"  # no vectors, the model failed, or the endpoint is down (all logged)
         if self._background and not self.encoder.is_ready:
             return "fts_warming"
         return "hybrid"
@@ -195,6 +198,9 @@ class Memory:
         return await self.encoder.encode(texts, is_query=is_query)
 
     def _embedding_failed(self, exc: MemoryStoreError) -> None:
+        if isinstance(exc, VectorModelChangedError):
+            self._vectors_changed(exc)
+            return
         if isinstance(exc, DatabaseBusyError | DatabaseCorruptError):
             log.info("memory: vectors wait for the database: %s", exc)
             return  # not the model's fault: the indexer tries again later
@@ -202,6 +208,14 @@ class Memory:
             return  # a dead worker: restarting in the background, keyword-only meanwhile
         self.vector_enabled = False
         self.vector_error = str(exc)
+
+    def _vectors_changed(self, exc: MemoryStoreError) -> None:
+        """Another process re-embeds with another model: keyword-only until a restart."""
+        if self.vector_enabled:
+            self.vector_enabled = False
+            self.vector_error = str(exc)
+            log.warning("memory: %s — recall is keyword-only (fts) until Luna restarts", exc)
+            log_event("memory_op", op="vectors_changed", error=str(exc))
 
     def _wake_indexer(self) -> None:
         if self._indexer is not None:
@@ -213,9 +227,12 @@ class Memory:
         """Embed every doc still without a vector (or about ``limit`` of them), now; returns
         how many were embedded."""
         total = 0
+        # An endpoint's batch is committed as soon as it is back: a reindex stopped by kill -9
+        # loses at most one request's work (in-process, FLUSH_BATCH docs is the throughput).
+        batch = self.cfg.embedding_batch_size if self.cfg.embedding_endpoint else FLUSH_BATCH
         while self.vector_enabled and (limit is None or total < limit):
             try:
-                n = await index_batch(self.store, self.encoder, FLUSH_BATCH)
+                n = await index_batch(self.store, self.encoder, batch)
             except MemoryStoreError as exc:
                 self._embedding_failed(exc)
                 raise
@@ -331,6 +348,13 @@ class Memory:
         With ``session_id``, that session's messages still in the prompt view are left out.
         Never waits for the embedding model while it warms (see :attr:`recall_mode`).
         """
+        if self.vector_enabled and not await asyncio.to_thread(self.store.vectors_current):
+            self._vectors_changed(
+                VectorModelChangedError(
+                    f"the memory database's vectors are now another model's than "
+                    f"{self.cfg.vector_model!r}'s (a `luna memory reindex` ran)"
+                )
+            )
         return await run_recall(
             self.store,
             query,
@@ -485,15 +509,34 @@ class Memory:
     async def count_docs(self) -> int:
         return int((await asyncio.to_thread(self.store.query, "SELECT count(*) FROM docs"))[0][0])
 
-    async def reindex(self, progress: Callable[[int], None] | None = None) -> int:
-        """Re-embed everything with the configured model and record it; returns the count."""
+    async def reindex(
+        self,
+        progress: Callable[[int], None] | None = None,
+        started: Callable[[int, int], None] | None = None,
+    ) -> int:
+        """Re-embed everything with the configured model and record it; returns the count.
+
+        Resumable: the first step drops every vector and records the model (and that a
+        reindex is under way); a reindex to the same model that was stopped (``kill -9``)
+        continues with the docs still without a vector. ``started(done, total)`` is called
+        once before the first batch (``done``: the docs a stopped run embedded already).
+        Luna, running beside it, answers from FTS for what has no vector yet.
+        """
         if not self.store.vector_enabled:
             raise MemoryStoreError(
                 f"cannot reindex: sqlite-vec is unavailable ({self.store.vector_error})"
             )
         await self.encoder.load()
-        await asyncio.to_thread(
-            self.store.reset_vectors, self.cfg.embedding_model, self.cfg.embedding_dim
-        )
+        model, dim = self.cfg.vector_model, self.cfg.embedding_dim
+        if await asyncio.to_thread(self.store.reindex_pending, model, dim):
+            await self._write(self.store.check_embedding_model, model, dim)  # resume
+            log_event("memory_op", op="reindex_resumed")
+        else:
+            await asyncio.to_thread(self.store.reset_vectors, model, dim)
         self.vector_enabled = True
-        return await self.flush_index(progress)
+        if started is not None:
+            counts = await asyncio.to_thread(self.store.counts)
+            started(counts["embedded"], counts["indexed"])
+        done = await self.flush_index(progress)
+        await asyncio.to_thread(self.store.finish_reindex)
+        return done

@@ -19,8 +19,12 @@ Invariants:
   an imported memory or a chat message cannot drive the terminal (OSC 52, C1 codes).
 - Beside a running Luna (``luna.datafolder``): reading commands and ``add``/``import``/
   ``forget`` go through (WAL lets one process write while others read, a busy database is
-  waited for, and the running Luna sees the change at its next query); ``reindex`` refuses,
-  because it drops every vector under the running Luna's indexer.
+  waited for, and the running Luna sees the change at its next query). ``reindex`` too: a
+  running Luna sees the vectors become another model's and answers keyword-only (logged) until
+  it is restarted with the new model, which answers from vectors for what is re-embedded and
+  from FTS for the rest. ``reindex`` stopped at any point (``kill -9``) resumes where it
+  stopped when run again; it prints a progress bar on a terminal, else a line every
+  ``PROGRESS_EVERY_S``.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import contextlib
 import hashlib
 import json
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -47,6 +52,7 @@ from luna.observe.progress import progress_bar
 IMPORT_BATCH = 256
 SEARCH_EMBEDS = 128  # a one-shot search embeds at most about this many missing vectors
 MAX_LINE_BYTES = 1 << 20  # 1 MiB: a memory is a note, not a document
+PROGRESS_EVERY_S = 5.0
 SOURCES = ("user", "assistant", "tool", "import")
 
 
@@ -233,24 +239,53 @@ async def stats_cmd(args: argparse.Namespace, cfg: Config) -> int:
     return 0
 
 
+class ReindexProgress:
+    """The bar of :mod:`luna.observe.progress` on a terminal; otherwise one line every
+    ``PROGRESS_EVERY_S`` (a log file or a pipe gets no carriage returns)."""
+
+    def __init__(self, stream: Any = None) -> None:
+        self.stream = stream or sys.stderr
+        self.bar: Any = None
+        self.done = self.total = self.resumed = 0
+        self.start = self.last = time.monotonic()
+
+    def started(self, done: int, total: int) -> None:
+        self.done, self.total, self.resumed = done, total, done
+        if done:
+            print(f"reindex: resuming, {done} of {total} docs embedded already", file=self.stream)
+        if self.stream.isatty():
+            self.bar = progress_bar(total=total, initial=done, unit="doc", desc="reindex")
+
+    def update(self, n: int) -> None:
+        self.done += n
+        if self.bar is not None:
+            self.bar.update(n)
+            return
+        now = time.monotonic()
+        if now - self.last >= PROGRESS_EVERY_S or self.done >= self.total:
+            self.last = now
+            rate = (self.done - self.resumed) / max(now - self.start, 1e-9)
+            share = 100 * self.done / max(self.total, 1)
+            print(
+                f"reindex: {self.done}/{self.total} docs ({share:.0f}%), {rate:.1f} docs/s",
+                file=self.stream,
+                flush=True,
+            )
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
 async def reindex_cmd(args: argparse.Namespace, cfg: Config) -> int:
-    from luna.datafolder import running_pid
-
-    pid = await asyncio.to_thread(running_pid, cfg.data_dir)
-    if pid is not None:  # it drops every vector under the running Luna's indexer
-        print(
-            f"luna memory reindex: Luna is running on this data folder (pid {pid}); stop it first",
-            file=sys.stderr,
-        )
-        return 1
-
-    async with open_memory(cfg, allow_model_change=True) as mem:
-        total = await mem.count_docs()
-        with progress_bar(total=total, unit="doc", desc="reindex") as bar:
-            done = await mem.reindex(progress=bar.update)
+    progress = ReindexProgress()
+    try:
+        async with open_memory(cfg, allow_model_change=True) as mem:
+            done = await mem.reindex(progress=progress.update, started=progress.started)
+    finally:
+        progress.close()
     print(
-        f"re-embedded {done} items with {cfg.memory.embedding_model} "
-        f"({cfg.memory.embedding_dim} dims)"
+        f"re-embedded {done} items with {cfg.memory.vector_model} ({cfg.memory.embedding_dim} dims)"
     )
     return 0
 

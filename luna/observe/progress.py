@@ -13,11 +13,18 @@ from typing import Any
 DELAY_S = 1.0
 
 
-def progress_bar(*, total: int, unit: str, desc: str) -> Any:
-    """A tqdm bar on stderr under this module's rule (use as a context manager)."""
+def progress_bar(*, total: int, unit: str, desc: str, initial: int = 0) -> Any:
+    """A tqdm bar on stderr under this module's rule (use as a context manager); ``initial``
+    is the work done before (a resumed reindex)."""
     from tqdm import tqdm
 
     is_terminal = sys.stderr.isatty()
     return tqdm(
-        total=total, unit=unit, desc=desc, file=sys.stderr, disable=not is_terminal, delay=DELAY_S
+        total=total,
+        initial=initial,
+        unit=unit,
+        desc=desc,
+        file=sys.stderr,
+        disable=not is_terminal,
+        delay=DELAY_S,
     )

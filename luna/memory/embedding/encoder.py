@@ -29,6 +29,7 @@ from luna.errors import MemoryStoreError
 from luna.memory.embedding.embed_worker import EmbeddingProcess, WorkerDiedError
 from luna.memory.embedding.embeddings import Embedder, LoadInfo
 from luna.memory.embedding.model_cache import cache_dir_for
+from luna.memory.embedding.models import text_prefixes, with_prefix
 from luna.observe import log_event
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,8 @@ MAX_RESTARTS = 3
 class Encoder:
     """One Memory's handle on the embedding model."""
 
+    is_down = False  # only an endpoint goes down and comes back (luna.memory.embedding.endpoint)
+
     def __init__(self, cfg: MemoryConfig) -> None:
         self.cache_dir: Path = cache_dir_for(cfg.db_path)
         model, dim, backend = cfg.embedding_model, cfg.embedding_dim, cfg.embedding_backend
@@ -47,6 +50,9 @@ class Encoder:
             EmbeddingProcess.shared(model, dim, backend, self.cache_dir)
             if cfg.embedding_process
             else None
+        )
+        self.prefixes = text_prefixes(
+            model, cfg.embedding_query_prefix, cfg.embedding_document_prefix
         )
         self.error: MemoryStoreError | None = None
         self._warming: asyncio.Task[LoadInfo | None] | None = None
@@ -116,7 +122,8 @@ class Encoder:
         return self.is_ready
 
     async def encode(self, texts: list[str], *, is_query: bool = False) -> Any:
-        """Vectors for ``texts`` (waits for the model to load)."""
+        """Vectors for ``texts`` (waits for the model to load), prefixed as the model wants."""
+        texts = with_prefix(texts, self.prefixes[0] if is_query else self.prefixes[1])
         try:
             if self.process is not None:
                 return await self.process.encode(texts, is_query=is_query)

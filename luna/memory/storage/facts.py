@@ -11,9 +11,12 @@ Invariants:
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from luna.memory.storage.store import Store, now_iso
+from luna.memory.storage.store import Store, VectorModelChangedError, now_iso
+
+log = logging.getLogger(__name__)
 
 
 def insert_memories(
@@ -71,7 +74,10 @@ def insert_memories(
             ids.append(mem_id)
             if vecs is not None:
                 vec_rows.append((doc_id, scope, vecs[i].tobytes()))
-    store.store_vectors(vec_rows)
+    try:
+        store.store_vectors(vec_rows)
+    except VectorModelChangedError as exc:  # a reindex beside us: the memories stay, FTS finds
+        log.info("memory: %s; the new memories wait for the new model's vectors", exc)
     return ids, skipped
 
 

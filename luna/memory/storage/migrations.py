@@ -250,4 +250,14 @@ MIGRATIONS: list[Migration] = [
             )""",
         ],
     ),
+    (
+        "m008_vector_model",
+        [
+            # The model every stored vector was made with (the store refuses a vector of any
+            # other model than meta's embedding_model, so one search never mixes two models).
+            "ALTER TABLE docs ADD COLUMN embed_model TEXT",
+            """UPDATE docs SET embed_model = (SELECT value FROM meta WHERE key = 'embedding_model')
+               WHERE embedded = 1""",
+        ],
+    ),
 ]

@@ -11,7 +11,11 @@ Invariants:
   (session) is embedded with a little of its neighbours' meaning (``doc_raw_vec`` keeps its
   own embedding so the mix can be redone when the next message arrives).
 - The embedding model's name and dimension live in ``meta``; a different configured model is
-  refused with a message that says to run ``luna memory reindex``.
+  refused with a message that says to run ``luna memory reindex``. Every vector carries the
+  model it was made with (``docs.embed_model``), and a vector of another model than meta's is
+  refused (:class:`VectorModelChangedError`): one search never mixes two models. A reindex
+  records its model in ``meta`` (``embedding_model`` and ``reindex_model``) before the first
+  vector; it is resumed, never restarted, while ``reindex_model`` names the configured one.
 - All access goes through one connection guarded by a lock; callers run these blocking methods
   in a worker thread (``asyncio.to_thread``).
 - SQLite's errors are translated here, once: a write that cannot get the lock raises
@@ -45,6 +49,7 @@ from luna.errors import DatabaseBusyError, MemoryStoreError
 from luna.memory.storage import db
 from luna.memory.storage.migrations import MIGRATIONS, Migration
 from luna.memory.storage.vector_index import RAM_INDEX_MIN_DOCS, VectorIndex
+from luna.memory.storage.vector_model import VectorModel, VectorModelChangedError
 from luna.observe import log_event
 
 log = logging.getLogger(__name__)
@@ -62,7 +67,7 @@ def now_iso() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
 
 
-class Store:
+class Store(VectorModel):
     """One SQLite connection plus the lock that serializes its use across threads."""
 
     def __init__(self, path: Path, *, load_vec: bool = True) -> None:
@@ -72,6 +77,8 @@ class Store:
         self.vector_enabled = self.conn.vector_enabled
         self.vector_error = self.conn.vector_error
         self.dim: int | None = None
+        self.model: str | None = None  # the model this process's vectors come from
+        self._db_model: str | None = None  # meta's embedding_model as last read
         self.has_unsynced = False  # a durable=False commit has not been fsynced yet
         self.vocab_ready = (
             False  # luna.memory.recall.vocab's scratch tables exist on this connection
@@ -93,6 +100,10 @@ class Store:
             self._ram_index.clear()
             self._doc_count = None
             self._speakers.clear()
+            row = self.conn.execute(
+                "SELECT value FROM meta WHERE key = 'embedding_model'"
+            ).fetchone()
+            self._db_model = row[0] if row else None
 
     def close(self) -> None:
         with self.lock:
@@ -216,62 +227,6 @@ class Store:
             log_event("memory_op", op="migrate", migration=name)
         return applied
 
-    # ---- meta and the vector table -------------------------------------------------
-
-    def get_meta(self, key: str) -> str | None:
-        rows = self.query("SELECT value FROM meta WHERE key = ?", (key,))
-        return rows[0][0] if rows else None
-
-    def set_meta(self, key: str, value: str) -> None:
-        with self.transaction() as conn:
-            conn.execute(
-                "INSERT INTO meta (key, value) VALUES (?, ?) "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (key, value),
-            )
-
-    def check_embedding_model(self, model: str, dim: int) -> None:
-        """Record the model on first use; refuse a different one (MemoryStoreError)."""
-        stored_model, stored_dim = self.get_meta("embedding_model"), self.get_meta("embedding_dim")
-        if stored_model is None:
-            self.set_meta("embedding_model", model)
-            self.set_meta("embedding_dim", str(dim))
-        elif stored_model != model or stored_dim != str(dim):
-            raise MemoryStoreError(
-                f"the memory database {self.path} was indexed with embedding model "
-                f"{stored_model!r} ({stored_dim} dims) but the configuration says {model!r} "
-                f"({dim} dims); run `luna memory reindex` to re-embed everything with the "
-                "configured model"
-            )
-        self.dim = dim
-        if self.vector_enabled:
-            self._ensure_vec_table(dim)
-
-    def _ensure_vec_table(self, dim: int) -> None:
-        with self.transaction() as conn:
-            conn.execute(
-                "CREATE VIRTUAL TABLE IF NOT EXISTS docs_vec USING vec0("
-                f"embedding float[{int(dim)}] distance_metric=cosine, "
-                "scope text partition key)"
-            )
-
-    def reset_vectors(self, model: str, dim: int) -> None:
-        """Drop every vector and record a new model (first step of a reindex)."""
-        with self.transaction() as conn:
-            conn.execute("DROP TABLE IF EXISTS docs_vec")
-            conn.execute("DELETE FROM doc_raw_vec")
-            self._ram_index.clear()
-            conn.execute("UPDATE docs SET embedded = 0")
-            for key, value in (("embedding_model", model), ("embedding_dim", str(dim))):
-                conn.execute(
-                    "INSERT INTO meta (key, value) VALUES (?, ?) "
-                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                    (key, value),
-                )
-        self.dim = dim
-        if self.vector_enabled:
-            self._ensure_vec_table(dim)
-
     # ---- the searchable index ---------------------------------------------------------
 
     def index_doc(
@@ -382,6 +337,14 @@ class Store:
         if not self.vector_enabled or not rows:
             return
         with self.transaction(durable=False) as conn:  # derived: recomputed if ever lost
+            row = conn.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchone()
+            stored = row[0] if row else None
+            if self.model is not None and stored not in (None, self.model):
+                raise VectorModelChangedError(
+                    f"the memory database's vectors are now {stored!r}'s (a reindex), not "
+                    f"{self.model!r}'s: vectors of {self.model!r} are no longer stored"
+                )
+            self.model = self.model or stored
             refresh: set[int] = set()
             for doc_id, scope, blob in rows:
                 row = conn.execute(
@@ -410,7 +373,9 @@ class Store:
             "INSERT INTO docs_vec (rowid, embedding, scope) VALUES (?, ?, ?)",
             (doc_id, blob, scope),
         )
-        conn.execute("UPDATE docs SET embedded = 1 WHERE id = ?", (doc_id,))
+        conn.execute(
+            "UPDATE docs SET embedded = 1, embed_model = ? WHERE id = ?", (self.model, doc_id)
+        )
 
     def _neighbours(
         self, conn: db.Connection, thread: str, kind: str, doc_id: int
