@@ -80,7 +80,7 @@ def test_repl_shows_control_sequences_instead_of_obeying_them(
         Reply(status=401, error_body={"error": {"message": "bad key\x1b]52;c;eA==\x07"}}),
     )
     proc = run_piped(tmp_path, llm_server.url, b"first\nsecond\nthird\n")
-    assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.returncode == 1, proc.stderr.decode()  # the 401 turn failed: piped, exit 1
     assert_no_controls(proc.stdout)
     out = proc.stdout.decode()
     assert "A␛[2J␛[HB␛]0;pwned-title␇C␛]52;c;cHduZWQ=␇D\\x9b31mE␛P1$r␛\\F␍G␈H␡I" in out
@@ -105,7 +105,7 @@ def test_repl_shows_bidirectional_controls_instead_of_obeying_them(
         Reply(status=401, error_body={"error": {"message": "key \u2067reversed\u2069"}}),
     )
     proc = run_piped(tmp_path, llm_server.url, b"first\nsecond\n")
-    assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.returncode == 1, proc.stderr.decode()  # the 401 turn failed: piped, exit 1
     out, err = proc.stdout.decode(), proc.stderr.decode()
     for ch in BIDI_CONTROLS:
         assert ch not in out and ch not in err, f"U+{ord(ch):04X} reached the terminal"
