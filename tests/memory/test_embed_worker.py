@@ -146,11 +146,15 @@ def test_run_export_tells_the_exporter_whom_to_die_with(
 
     seen: dict[str, object] = {}
 
-    def fake_run(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
-        seen.update(cmd=cmd, env=kw.get("env"))
-        return subprocess.CompletedProcess(cmd, 0, "exported\n", "")
+    class FakeExport:  # the exporter's process: says it exported, exits 0
+        def __init__(self, cmd: list[str], **kw: object) -> None:
+            seen.update(cmd=cmd, env=kw.get("env"))
+            self.stdout, self.stderr, self.returncode = iter(["exported\n"]), iter([]), 0
 
-    monkeypatch.setattr(model_cache.subprocess, "run", fake_run)
+        def wait(self, timeout: float | None = None) -> int:
+            return 0
+
+    monkeypatch.setattr(model_cache.subprocess, "Popen", FakeExport)
     outcome = model_cache.run_export(tmp_path, "all-MiniLM-L6-v2", 384)
     assert outcome.ok and seen["cmd"][:3] == [
         sys.executable,
