@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -183,6 +184,10 @@ async def run_app(cfg: Config, args: argparse.Namespace, mode: str = "auto") -> 
     """Run Luna until EOF, /quit, SIGTERM or SIGINT."""
     names = frontends.chosen(cfg, mode)
     frontends.check(names, cfg, mode)
+    if "repl" in names and sys.stdin.isatty():
+        from luna.memory.embedding.model_cache import QUIET_STEPS_ENV
+
+        os.environ[QUIET_STEPS_ENV] = "1"  # inherited by the embedding process spawned below
     instance = InstanceLock(cfg.data_dir)  # one Luna per data folder (luna.datafolder)
     await asyncio.to_thread(instance.acquire, "+".join(names))
     try:

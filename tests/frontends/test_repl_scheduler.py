@@ -76,7 +76,10 @@ def test_repl_scheduled_result_is_printed_above_the_line_being_typed(
         assert after[0].endswith(b"\r\x1b[2K")  # printed on a cleared line, not inside it
         term.type(b"ne\r")
         wait_for(lambda: b"Noted, half a line it is." in term.screen, "the answer")
-        wait_for(lambda: term.screen.endswith(b"you> "), "the next prompt")  # then Ctrl-D
+        try:  # then Ctrl-D
+            wait_for(lambda: term.screen.endswith(b"you> "), "the next prompt")
+        except AssertionError as e:
+            raise AssertionError(f"{e}; the screen ends {term.screen[-400:]!r}") from None
         (request,) = llm_server.requests
         user = [m for m in request["messages"] if m["role"] == "user"][-1]["content"]
         assert user.startswith("half a line\n\n<context>")  # the line was sent whole

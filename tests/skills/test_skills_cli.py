@@ -127,7 +127,7 @@ def test_skills_cli_bad_folders_are_left_out_one_line_each(luna: Any, tmp_path: 
     assert "must match skill name" in one.stdout and "fix: rename the folder" in one.stdout
     assert "ok: fine-one" in luna("check", str(checkout / "fine-one")).stdout
     refused = luna("add", str(checkout / "not-yaml"), code=1)
-    assert refused.stderr.startswith("luna: not installed:")
+    assert refused.stderr.startswith("luna skills add: not installed:")
 
 
 def test_skills_cli_shows_hostile_text_as_text(luna: Any, tmp_path: Path) -> None:

@@ -51,6 +51,10 @@ STALE_TMP_S = 3600.0
 EXIT_UNSUPPORTED = 3  # the exporter's exit code for "this model cannot be exported"
 PARENT_ENV = "LUNA_EXPORT_PARENT"  # the pid the exporter dies with (see onnx_export.main)
 STEP_PREFIX = "luna-export-step: "  # a stderr line of the exporter's that says what it does now
+# Set by a process whose terminal belongs to an interactive REPL: the export then runs behind a
+# prompt the owner may be typing at, and its steps go to the log only (a line written from the
+# embedding process would land inside the line being typed).
+QUIET_STEPS_ENV = "LUNA_EXPORT_STEPS_QUIET"
 
 
 def cache_dir_for(db_path: Path) -> Path:
@@ -181,7 +185,7 @@ def _relay_steps(stream: Any, errors: list[str]) -> None:
     """Read the exporter's stderr: its steps go to a person watching (a terminal on this
     process's stderr: the first start takes a minute or more, and should say why), in the log
     either way; anything else is kept for the outcome's detail."""
-    is_watched = sys.stderr.isatty()
+    is_watched = sys.stderr.isatty() and not os.environ.get(QUIET_STEPS_ENV)
     for line in stream:
         line = line.rstrip("\n")
         if line.startswith(STEP_PREFIX):
