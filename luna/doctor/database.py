@@ -1,4 +1,5 @@
-"""``luna doctor``'s database checks: is it there, is it sound, who runs on it, its backups.
+"""``luna doctor``'s storage checks: SQLite's features, the schema, and the database (is it there,
+is it sound, who runs on it, its backups).
 
 Invariants:
 - Nothing here writes: ``PRAGMA quick_check`` runs on a connection of its own, and a missing
@@ -105,3 +106,88 @@ def _all(cfg: Config) -> list[CheckResult]:
 
 async def check_database(cfg: Config) -> list[CheckResult]:
     return await in_thread(_all, cfg)
+
+
+async def check_sqlite(cfg: Config) -> list[CheckResult]:
+    from luna.memory.storage.db import check_features
+
+    f = await in_thread(check_features)
+    out = []
+    if f.fts5:
+        out.append(ok("SQLite FTS5", f"SQLite {f.sqlite_version} with FTS5"))
+    else:
+        out.append(
+            fail(
+                "SQLite FTS5",
+                f"SQLite {f.sqlite_version} lacks FTS5 ({f.fts5_error})",
+                "pip install pysqlite3-binary into Luna's venv",
+            )
+        )
+    if f.vector_enabled:
+        out.append(ok("sqlite-vec", f"sqlite-vec {f.sqlite_vec} loads"))
+    else:
+        out.append(
+            fail(
+                "sqlite-vec",
+                f"cannot load ({f.sqlite_vec_error}): memory recall is keyword-only (FTS)",
+                "pip install sqlite-vec pysqlite3-binary into Luna's venv",
+                essential=False,
+            )
+        )
+    return out
+
+
+def _schema_state(cfg: Config) -> CheckResult:
+    from luna.memory.storage.store import MIGRATIONS
+
+    path = cfg.memory.db_path
+    known = [name for name, _ in MIGRATIONS]
+    if not path.exists() or path.stat().st_size == 0:
+        return ok("schema", f"no database yet: a new one gets {known[-1]} (see `database`)")
+    conn = db.connect(path, load_vec=False)
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        applied = []
+        if "_migrations" in tables:
+            applied = [r[0] for r in conn.execute("SELECT name FROM _migrations ORDER BY rowid")]
+        meta: dict[str, str] = {}
+        if "meta" in tables:
+            meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    finally:
+        conn.close()
+    unknown = [n for n in applied if n not in known]
+    if unknown:
+        return fail(
+            "schema",
+            f"{path} has migrations this Luna does not know: {unknown} (made by a newer version)",
+            "upgrade Luna, or restore a backup of the database made by this version",
+        )
+    pending = [n for n in known if n not in applied]
+    stored = meta.get("embedding_model")
+    if stored is not None and (
+        stored != cfg.memory.vector_model
+        or meta.get("embedding_dim") != str(cfg.memory.embedding_dim)
+    ):
+        return fail(
+            "schema",
+            f"{path} was embedded with {stored!r} ({meta.get('embedding_dim')} dims) but the "
+            f"config says {cfg.memory.vector_model!r} ({cfg.memory.embedding_dim} dims)",
+            "run `luna memory reindex`, or set memory.embedding_model back",
+        )
+    version = applied[-1] if applied else "empty"
+    note = f"; {len(pending)} migration(s) apply on next start" if pending else ""
+    return ok("schema", f"{path} at {version}{note}")
+
+
+async def check_schema(cfg: Config) -> list[CheckResult]:
+    try:
+        return [await in_thread(_schema_state, cfg)]
+    except Exception as e:  # noqa: BLE001 - a broken database is the finding
+        return [
+            fail(
+                "schema",
+                f"cannot read {cfg.memory.db_path}: {e}",
+                "check the file's owner and permissions; if it is damaged, see the database "
+                "check (`luna db recover`, `luna restore`)",
+            )
+        ]

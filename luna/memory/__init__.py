@@ -29,7 +29,6 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -51,23 +50,12 @@ from luna.memory.storage.writes import WriteGate
 from luna.messages import LoggedMessage, Usage
 from luna.observe import Timer, log_event
 
-__all__ = ["Memory", "RecallItem", "format_recall", "normalize_timestamp"]
+__all__ = ["Memory", "RecallItem", "format_recall"]
 
 log = logging.getLogger(__name__)
 
 SOURCES = ("user", "assistant", "tool", "import")
 RECALL_MODES = ("hybrid", "fts_warming", "fts")
-
-
-def normalize_timestamp(value: str) -> str:
-    """ISO 8601 text -> UTC ISO 8601 (naive times are taken as UTC); ValueError if invalid."""
-    text = value.strip()
-    if text.endswith(("Z", "z")):
-        text = text[:-1] + "+00:00"
-    when = dt.datetime.fromisoformat(text)
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.UTC)
-    return when.astimezone(dt.UTC).isoformat(timespec="milliseconds")
 
 
 class Memory:
@@ -453,35 +441,15 @@ class Memory:
 
     async def list_memories(self, *, scope: str | None = None, limit: int = 50) -> list[dict]:
         """Newest memories first (all scopes when ``scope`` is None)."""
-        sql = (
-            "SELECT id, text, importance, source, speaker, scope, session_id, external_id, "
-            "created_at, updated_at, superseded_by FROM memories"
-        )
-        params: list[Any] = []
-        if scope is not None:
-            sql += " WHERE scope = ?"
-            params.append(scope)
-        sql += " ORDER BY id DESC LIMIT ?"
-        params.append(limit)
-        rows = await asyncio.to_thread(self.store.query, sql, params)
-        cols = (
-            "id text importance source speaker scope session_id external_id created_at "
-            "updated_at superseded_by"
-        ).split()
-        return [dict(zip(cols, r, strict=True)) for r in rows]
+        return await asyncio.to_thread(facts.newest, self.store, scope, limit)
 
     async def similar_memories(
         self, text: str, *, scope: str, k: int = 5
     ) -> list[tuple[dict, float]]:
         """Live (not superseded) memories most similar to ``text``: (row, cosine similarity)."""
-        if not self.vector_enabled:
+        vec = await self._encode_or_none([text])
+        if vec is None:
             return []
-        try:
-            vec = await self._encode([text])
-        except MemoryStoreError as exc:
-            self._embedding_failed(exc)
-            return []
-
         return await asyncio.to_thread(facts.similar, self.store, vec[0].tobytes(), scope, k)
 
     # ---- maintenance -------------------------------------------------------------------
@@ -498,16 +466,6 @@ class Memory:
             "vector_enabled": self.vector_enabled,
             "vector_error": self.vector_error,
         }
-
-    async def count_unembedded(self) -> int:
-        """How many docs have no vector yet (found by keyword only until they do)."""
-        rows = await asyncio.to_thread(
-            self.store.query, "SELECT count(*) FROM docs WHERE embedded = 0", ()
-        )
-        return int(rows[0][0])
-
-    async def count_docs(self) -> int:
-        return int((await asyncio.to_thread(self.store.query, "SELECT count(*) FROM docs"))[0][0])
 
     async def reindex(
         self,

@@ -43,9 +43,10 @@ from typing import Any
 from luna.config import Config
 from luna.errors import LunaError
 from luna.ids import id_argument, scope_argument
-from luna.memory import Memory, normalize_timestamp
+from luna.memory import Memory
 from luna.memory.browse import recall_json
 from luna.memory.recall.search import MAX_K
+from luna.memory.storage.facts import normalize_timestamp
 from luna.messages import clean_text, neutralize, terminal_json
 from luna.observe.progress import progress_bar
 
@@ -162,7 +163,10 @@ async def search_cmd(args: argparse.Namespace, cfg: Config) -> int:
         # What was just added is embedded now; a backlog (an interrupted reindex: every
         # vector) is left to `reindex` or the running Luna, never waited for here.
         await mem.flush_index(limit=SEARCH_EMBEDS)
-        left = await mem.count_unembedded() if mem.vector_enabled else 0
+        left = 0
+        if mem.vector_enabled:  # docs without a vector yet: found by keyword only
+            counts = await asyncio.to_thread(mem.store.counts)
+            left = counts["indexed"] - counts["embedded"]
         if left:
             print(
                 f"note: {left} item(s) have no vector yet, so they are found by keyword only; "

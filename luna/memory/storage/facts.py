@@ -11,6 +11,7 @@ Invariants:
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from typing import Any
 
@@ -129,3 +130,30 @@ def similar(store: Store, vec: bytes, scope: str, k: int) -> list[tuple[dict, fl
             row = dict(zip(("id", "text", "importance", "created_at"), mem[0], strict=True))
             out.append((row, 1.0 - float(distance)))
     return out[:k]
+
+
+def normalize_timestamp(value: str) -> str:
+    """ISO 8601 text -> UTC ISO 8601 (naive times are taken as UTC); ValueError if invalid."""
+    text = value.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    when = dt.datetime.fromisoformat(text)
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return when.astimezone(dt.UTC).isoformat(timespec="milliseconds")
+
+
+def newest(store: Store, scope: str | None, limit: int) -> list[dict[str, Any]]:
+    """Newest memories first (all scopes when ``scope`` is None), as dicts (blocking)."""
+    cols = (
+        "id text importance source speaker scope session_id external_id created_at "
+        "updated_at superseded_by"
+    ).split()
+    sql = f"SELECT {', '.join(cols)} FROM memories"
+    params: list[Any] = []
+    if scope is not None:
+        sql += " WHERE scope = ?"
+        params.append(scope)
+    sql += " ORDER BY id DESC LIMIT ?"
+    params.append(limit)
+    return [dict(zip(cols, r, strict=True)) for r in store.query(sql, params)]
