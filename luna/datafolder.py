@@ -98,15 +98,23 @@ def running_pid(data_dir: Path) -> int | None:
         os.close(fd)
 
 
-def _read_holder(path: Path) -> tuple[int | None, str]:
-    """(pid, a description like "pid 123, repl since 14:05") from the lock file."""
+def lock_holder_lines(path: Path) -> tuple[int, list[str]] | None:
+    """The pid and the other lines a lock file's holder wrote (None: unreadable)."""
     try:
         lines = path.read_text().split("\n")
-        pid = int(lines[0])
+        return int(lines[0]), lines[1:]
     except (OSError, ValueError, IndexError):
+        return None
+
+
+def _read_holder(path: Path) -> tuple[int | None, str]:
+    """(pid, a description like "pid 123, repl since 14:05") from the lock file."""
+    held = lock_holder_lines(path)
+    if held is None:
         return None, "pid unknown"
-    what = lines[1] if len(lines) > 1 and lines[1] else "luna"
-    since = f" since {lines[2][:19].replace('T', ' ')}" if len(lines) > 2 and lines[2] else ""
+    pid, rest = held
+    what = rest[0] if rest and rest[0] else "luna"
+    since = f" since {rest[1][:19].replace('T', ' ')}" if len(rest) > 1 and rest[1] else ""
     return pid, f"pid {pid}, {what}{since}"
 
 

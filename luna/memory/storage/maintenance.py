@@ -107,12 +107,11 @@ class MaintenanceLock:
 
 
 def _holder(path: Path) -> tuple[int | None, str]:
-    try:
-        lines = path.read_text().split("\n")
-        pid = int(lines[0])
-    except (OSError, ValueError, IndexError):
+    held = datafolder.lock_holder_lines(path)
+    if held is None:
         return None, "pid unknown"
-    what = lines[1] if len(lines) > 1 and lines[1] else "a data command"
+    pid, rest = held
+    what = rest[0] if rest and rest[0] else "a data command"
     return pid, f"pid {pid}, luna {what}"
 
 
