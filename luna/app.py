@@ -1,7 +1,9 @@
 """Composition root: build Luna's parts from Config, start them in order, stop them in reverse.
 
-Start order: logging → tool registry → MCP servers (in the background: a session's first turn
-waits for them, so they start before everything else) → memory (database) → LLM client (maybe
+Start order: the data folder's lock → stdio MCP server processes (``luna.mcp.launch.prelaunch``:
+a session's first turn waits for them, and each needs a second or more, so they start before
+Luna imports the rest of itself) → logging → tool registry → MCP sessions (in the background)
+→ memory (database) → LLM client (maybe
 the embedded demo model) → librarian → agent → scheduler → front-ends.
 Front-ends all keep one contract (``luna.frontends``), so this module has no branch per
 front-end. Stop order is the reverse, each step with a deadline: front-ends stop taking messages,
@@ -29,6 +31,7 @@ from luna.frontends import Components, Frontend
 
 if TYPE_CHECKING:  # imported where used: MCP servers start before the LLM client is loaded
     from luna.llm.router import LLMRouter
+    from luna.mcp.launch import Prelaunched
 
 log = logging.getLogger(__name__)
 
@@ -81,17 +84,18 @@ async def _pick_llm(
 
 
 async def build_components(
-    cfg: Config, args: argparse.Namespace, stack: contextlib.AsyncExitStack
+    cfg: Config,
+    args: argparse.Namespace,
+    stack: contextlib.AsyncExitStack,
+    prelaunched: Prelaunched | None = None,
 ) -> Components:
-    """Start every part except the front-ends; the exit stack stops them in reverse."""
-    # MCP servers first: a session's first turn waits for them (luna.agent.head), and each is
-    # a Python process of its own that needs a second or more to start, so they start while
-    # this process imports and opens everything else.
+    """Start every part except the front-ends; the exit stack stops them in reverse.
+    ``prelaunched``: the MCP server processes already started (``luna.mcp.launch``)."""
     from luna.mcp.manager import MCPManager
     from luna.tools import build_registry
 
     registry = await asyncio.to_thread(build_registry, cfg, probe=True)
-    mcp = MCPManager(cfg, registry)
+    mcp = MCPManager(cfg, registry, prelaunched=prelaunched)
     stack.push_async_callback(_with_deadline, mcp.stop, 30.0, "MCP servers")
     await mcp.start()
     skills = registry.services.get("skills")
@@ -219,7 +223,11 @@ async def _run(cfg: Config, args: argparse.Namespace, names: list[str]) -> int:
             loop.add_signal_handler(signal.SIGINT, stop.set)
     try:
         async with contextlib.AsyncExitStack() as stack:
-            parts = await build_components(cfg, args, stack)
+            from luna.mcp.launch import prelaunch
+
+            early = await asyncio.to_thread(prelaunch, cfg, os.environ)
+            stack.push_async_callback(asyncio.to_thread, early.stop_unclaimed)
+            parts = await build_components(cfg, args, stack, early)
             chosen = frontends.make(names, parts, args)
             code = await _serve(chosen, parts.agent, stop, cfg.agent.shutdown_grace)
             observe.log_event("stop")

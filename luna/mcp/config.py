@@ -24,7 +24,7 @@ Invariants:
   environment mapping the caller passes; an unset variable makes that server invalid (it is not
   silently replaced by an empty string).
 - A server process receives only the variables named in its ``env`` on top of a small
-  non-secret base (PATH, HOME, LANG, LC_ALL, TZ; the MCP SDK adds LOGNAME, SHELL, TERM, USER).
+  non-secret base (``BASE_ENV_VARS``: PATH, HOME, LANG, LC_ALL, TZ, LOGNAME, SHELL, TERM, USER).
   Secrets such as DISCORD_TOKEN or LLM_API_KEY reach a server only when its ``env`` names them.
 - A bad entry yields a ServerSpec with ``error`` set (reported by server name and skipped); one
   bad entry never hides the others. Error messages never echo env or header values.
@@ -50,7 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from luna.config import PermissionLevel
 from luna.errors import ConfigError, did_you_mean
 
-BASE_ENV_VARS = ("PATH", "HOME", "LANG", "LC_ALL", "TZ")
+BASE_ENV_VARS = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "LOGNAME", "SHELL", "TERM", "USER")
 DEFAULT_PERMISSION: PermissionLevel = "allow"
 MAX_NAME = 64
 MAX_SERVER_NAME = 32
@@ -311,33 +311,49 @@ def tool_description(server: str, name: str, description: str | None, title: str
     return f"{text} (MCP server '{server}')"
 
 
-def describe_result(result: Any) -> str:
-    """Join a ``CallToolResult``'s content as text; describe non-text parts, never drop them."""
+def describe_result(result: dict[str, Any]) -> str:
+    """Join a ``tools/call`` result's content as text; describe non-text parts, never drop them.
+
+    ``result`` is the server's JSON object; a hostile server's odd shapes are described, not
+    trusted (every field is read as what it should be, or shown as missing)."""
     parts: list[str] = []
-    for item in getattr(result, "content", None) or []:
-        kind = getattr(item, "type", "")
+    content = result.get("content")
+    for item in content if isinstance(content, list) else []:
+        if not isinstance(item, dict):
+            parts.append("[unreadable content]")
+            continue
+        kind = _field(item, "type")
         if kind == "text":
-            parts.append(item.text)
+            parts.append(_field(item, "text"))
         elif kind in ("image", "audio"):
-            parts.append(f"[{item.mime_type}, {_size(len(item.data) * 3 // 4)}]")
+            parts.append(f"[{_field(item, 'mimeType') or kind}, {_size(_decoded(item, 'data'))}]")
         elif kind == "resource_link":
-            mime = f", {item.mime_type}" if item.mime_type else ""
-            parts.append(f"[resource link: {item.name} {item.uri}{mime}]")
+            mime = f", {item['mimeType']}" if _field(item, "mimeType") else ""
+            parts.append(f"[resource link: {_field(item, 'name')} {_field(item, 'uri')}{mime}]")
         elif kind == "resource":
-            res = item.resource
-            text = getattr(res, "text", None)
-            if text is not None:
-                parts.append(f"[resource {res.uri}]\n{text}")
+            res = item.get("resource") if isinstance(item.get("resource"), dict) else {}
+            uri = _field(res, "uri")
+            if isinstance(res.get("text"), str):
+                parts.append(f"[resource {uri}]\n{res['text']}")
             else:
-                blob = getattr(res, "blob", "") or ""
-                mime = res.mime_type or "application/octet-stream"
-                parts.append(f"[resource {res.uri}, {mime}, {_size(len(blob) * 3 // 4)}]")
+                mime = _field(res, "mimeType") or "application/octet-stream"
+                parts.append(f"[resource {uri}, {mime}, {_size(_decoded(res, 'blob'))}]")
         else:
-            parts.append(f"[{kind or type(item).__name__} content]")
-    structured = getattr(result, "structured_content", None)
+            parts.append(f"[{kind or 'unknown'} content]")
+    structured = result.get("structuredContent")
     if not parts and structured is not None:
         parts.append(json.dumps(structured, ensure_ascii=False))
     return "\n".join(parts) if parts else "(no output)"
+
+
+def _field(item: dict[str, Any], key: str) -> str:
+    value = item.get(key)
+    return value if isinstance(value, str) else ""
+
+
+def _decoded(item: dict[str, Any], key: str) -> int:
+    """The size of ``item[key]``'s base64 data once decoded."""
+    return len(_field(item, key)) * 3 // 4
 
 
 def _size(n: int) -> str:

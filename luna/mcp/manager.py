@@ -31,8 +31,6 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-import mcp_types as types
-
 from luna.config import Config
 from luna.mcp.config import load_servers, qualify_names, to_parameters, tool_description
 from luna.mcp.session import ServerConnection, ServerStatus
@@ -40,6 +38,7 @@ from luna.messages import ToolResult
 from luna.observe import log_event
 
 if TYPE_CHECKING:
+    from luna.mcp.launch import Prelaunched
     from luna.tools.registry import ToolRegistry
 
 log = logging.getLogger(__name__)
@@ -58,8 +57,10 @@ class MCPManager:
         environ: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        prelaunched: Prelaunched | None = None,
     ) -> None:
         self.cfg = cfg
+        self.prelaunched = prelaunched  # the servers file and processes read at start-up
         self._clock, self._sleep = clock, sleep  # for every server's restart backoff
         self.registry = registry
         self.environ: Mapping[str, str] = os.environ if environ is None else environ
@@ -71,12 +72,16 @@ class MCPManager:
 
     async def start(self, only: Iterable[str] | None = None) -> None:
         """Read mcp_servers.json and start every enabled, valid server in the background."""
-        parsed = await asyncio.to_thread(
-            load_servers,
-            self.cfg.mcp.servers_file,
-            self.environ,
-            call_timeout=self.cfg.mcp.call_timeout,
-        )
+        early, self.prelaunched = self.prelaunched, None
+        if early is not None:  # read once at start-up, its servers already starting
+            parsed = early.servers
+        else:
+            parsed = await asyncio.to_thread(
+                load_servers,
+                self.cfg.mcp.servers_file,
+                self.environ,
+                call_timeout=self.cfg.mcp.call_timeout,
+            )
         self.file_error = parsed.error
         if parsed.error:
             log.error("MCP servers file: %s", parsed.error)
@@ -86,7 +91,13 @@ class MCPManager:
             if wanted is not None and spec.name not in wanted:
                 continue
             server = ServerConnection(
-                spec, self.cfg, self.environ, self._register, clock=self._clock, sleep=self._sleep
+                spec,
+                self.cfg,
+                self.environ,
+                self._register,
+                clock=self._clock,
+                sleep=self._sleep,
+                launched=early.claim(spec) if early is not None else None,
             )
             self.servers[spec.name] = server
             if spec.error:
@@ -98,28 +109,35 @@ class MCPManager:
                 task = asyncio.create_task(self._boot(server), name=f"mcp-boot-{spec.name}")
                 self._boots[spec.name] = task
                 task.add_done_callback(lambda _t, name=spec.name: self._boots.pop(name, None))
+        if early is not None and early.processes:  # entries filtered out by ``only``
+            await asyncio.to_thread(early.stop_unclaimed)
 
     async def _boot(self, server: ServerConnection) -> None:
         async with server.lock:
             if not self.is_stopping:
                 await server.start_and_wait()
 
-    def _register(self, server: ServerConnection, tools: list[types.Tool]) -> None:
-        """Replace ``server``'s tools in the registry with ``tools`` (start, restart, refresh)."""
+    def _register(self, server: ServerConnection, tools: list[dict[str, Any]]) -> None:
+        """Replace ``server``'s tools in the registry with ``tools`` (start, restart, refresh):
+        the declarations as the server wrote them; one without a string name is skipped."""
         if self.is_stopping:
             return
         self.registry.unregister_prefix(f"{server.name}__")
-        names = qualify_names(server.name, [t.name for t in tools])
+        named = [t for t in tools if isinstance(t.get("name"), str) and t["name"]]
+        names = qualify_names(server.name, [t["name"] for t in named])
         server.tool_names = {}
-        for tool in sorted(tools, key=lambda t: names[t.name]):
-            qualified = names[tool.name]
+        for tool in sorted(named, key=lambda t: names[t["name"]]):
+            original = tool["name"]
+            qualified = names[original]
             if qualified in server.tool_names:
                 continue  # a server listing the same name twice: keep the first
-            server.tool_names[qualified] = tool.name
+            server.tool_names[qualified] = original
             self.registry.register(
                 qualified,
-                tool_description(server.name, tool.name, tool.description, tool.title),
-                to_parameters(tool.input_schema),
+                tool_description(
+                    server.name, original, _text(tool, "description"), _text(tool, "title")
+                ),
+                to_parameters(tool.get("inputSchema")),
                 functools.partial(self._handle, qualified),
                 level=server.spec.permission,
                 expose=server.spec.expose,  # type: ignore[arg-type]
@@ -142,7 +160,11 @@ class MCPManager:
         for task in boots:
             task.cancel()
         servers = list(self.servers.values())
-        await asyncio.gather(*(s.stop_runner() for s in servers), return_exceptions=True)
+        await asyncio.gather(
+            *(s.stop_runner() for s in servers),
+            *(s.discard_launched() for s in servers),
+            return_exceptions=True,
+        )
         for task in boots:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
@@ -216,3 +238,8 @@ class MCPManager:
     async def _handle(self, qualified_name: str, arguments: dict[str, Any], ctx: Any) -> ToolResult:
         """The registry handler for every MCP tool."""
         return await self.call(qualified_name, arguments)
+
+
+def _text(tool: dict[str, Any], key: str) -> str | None:
+    value = tool.get(key)
+    return value if isinstance(value, str) else None

@@ -1,75 +1,68 @@
 """One MCP server connection: its runner task, live session, calls, crash restarts and backoff.
 
-The transport (``stdio_client`` or ``streamable_http_client``) and the ``ClientSession`` are
-entered and exited inside one runner task per start, so anyio cancel scopes never cross tasks;
-callers use the live session from their own task (requests are just messages on its streams).
+The session (``luna.mcp.stdio`` over the server's pipes, ``luna.mcp.http`` over the SDK) is
+entered and exited inside one runner task per start; callers use the live session from their
+own task (requests are just messages on its streams). Both speak the wire's JSON objects.
 
 Invariants:
 - A start that does not finish ``initialize`` + the first ``tools/list`` within
   ``mcp.start_timeout`` fails; the reason (plus the tail of the server's stderr, which goes to
   ``<observe.log_dir>/mcp/<server>.log``) is kept in ``error``.
+- A stdio server's first start adopts the process ``run_app`` started for it at start-up
+  (``luna.mcp.launch.prelaunch``) when its entry is unchanged; every other start spawns one.
 - ``call()`` never raises (except CancelledError): failures come back as error ToolResults
   written for the model. A lost session (crash, EOF, closed stream) restarts the server and
   retries that call once; consecutive failures back off 0, 1, 2, 4 ... 60 s, and a call waits
   out at most ``MAX_WAIT_IN_CALL`` of backoff before reporting instead. The backoff reads the
   connection's ``clock`` and waits with its ``sleep`` (``time.monotonic`` and ``asyncio.sleep``
-  unless a test passes its own). A call past its timeout
-  is cancelled (the SDK sends ``notifications/cancelled``) and reported.
+  unless a test passes its own). A call past its timeout is cancelled (Luna sends
+  ``notifications/cancelled``) and reported.
 - ``notifications/tools/list_changed`` re-lists the tools and hands them to ``on_tools``.
 - A server that writes what is not JSON-RPC to stdout before its handshake is done fails at
   once, after ``GARBAGE_LINES`` such lines (a stray banner line or two is forgiven), with one
-  line quoting what it wrote; later stray lines are logged once and ignored. The SDK's own
-  traceback for each such line is kept out of the console (``_quiet_parse_errors``).
-- ``stop_runner()`` cancels the runner's own cancel scope; the SDK then closes stdin and
-  SIGTERM/SIGKILLs the server's process group within about 6.5 s (bounded by STOP_TIMEOUT).
+  line quoting what it wrote; later stray lines are logged once and ignored.
+- ``stop_runner()`` cancels the runner; leaving the session closes the server's stdin and
+  SIGTERM/SIGKILLs its process group within about 6 s (bounded by STOP_TIMEOUT).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-import anyio
-import httpx2
-import mcp_types as types
-from mcp import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
-from mcp.shared.exceptions import MCPError as SDKError
-from pydantic import ValidationError
-
+from luna import __version__
 from luna.config import Config
 from luna.errors import MCPError
-from luna.mcp.config import ServerSpec, describe_result, server_env
+from luna.mcp.config import ServerSpec, describe_result
+from luna.mcp.launch import Launched, spawn, stop_process
+from luna.mcp.rpc import ConnectionLost, RemoteError
 from luna.messages import ToolResult
 from luna.observe import log_event
 
 log = logging.getLogger(__name__)
 
-STOP_TIMEOUT = 10.0  # the SDK's stdio shutdown is bounded by about 6.5 s
+STOP_TIMEOUT = 10.0  # a stdio server's stop is bounded by about 6 s (luna.mcp.launch)
 MAX_BACKOFF = 60.0
 MAX_WAIT_IN_CALL = 5.0  # a call waits out a restart backoff up to this long, else reports
 STDERR_TAIL = 400
 GARBAGE_LINES = 3  # non-JSON-RPC stdout lines forgiven before the handshake, less one
 GARBAGE_SHOWN = 80  # characters of such a line quoted in the error
-CLIENT_INFO = types.Implementation(name="luna", version="0.1")
+CLIENT_NAME = "luna"
+LIST_CHANGED = "notifications/tools/list_changed"
 
-# Errors that mean the session is gone (as opposed to the server answering with an error).
-_LOST = (
-    anyio.ClosedResourceError,
-    anyio.BrokenResourceError,
-    anyio.EndOfStream,
-    httpx2.TransportError,
-    OSError,
-)
+
+class Session(Protocol):
+    """What a connection asks of its server (``RpcSession``, ``HttpSession``)."""
+
+    async def initialize(self) -> None: ...
+    async def list_tools(self) -> list[dict[str, Any]]: ...
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -83,22 +76,9 @@ class ServerStatus:
     restarts: int = 0
 
 
-def _quiet_parse_errors(record: logging.LogRecord) -> bool:
-    """The SDK logs a full pydantic traceback for each line a server writes that is not
-    JSON-RPC; Luna reports those itself, in one line (see ``ServerConnection._on_message``)."""
-    return record.funcName != "_parse_line"
-
-
-logging.getLogger("mcp.client.stdio").addFilter(_quiet_parse_errors)
-
-
-def _garbage_sample(exc: Exception) -> str:
-    """What a server wrote instead of JSON-RPC (the line pydantic refused), for one line."""
-    text = ""
-    if isinstance(exc, ValidationError) and exc.errors():
-        text = str(exc.errors()[0].get("input", ""))
-    text = text or str(exc)
-    return repr(text[:GARBAGE_SHOWN] + ("…" if len(text) > GARBAGE_SHOWN else ""))
+def _garbage_sample(line: str) -> str:
+    """What a server wrote instead of JSON-RPC, for one line."""
+    return repr(line[:GARBAGE_SHOWN] + ("…" if len(line) > GARBAGE_SHOWN else ""))
 
 
 def _holds(exc: BaseException, kind: type[BaseException]) -> bool:
@@ -109,9 +89,8 @@ def _holds(exc: BaseException, kind: type[BaseException]) -> bool:
 
 
 def _is_lost(exc: BaseException) -> bool:
-    if isinstance(exc, SDKError):
-        return exc.code == types.CONNECTION_CLOSED
-    return isinstance(exc, _LOST)
+    """The session is gone (as opposed to the server answering with an error)."""
+    return isinstance(exc, OSError) and not isinstance(exc, TimeoutError)
 
 
 def _describe_error(exc: BaseException) -> str:
@@ -121,9 +100,9 @@ def _describe_error(exc: BaseException) -> str:
         return "timed out"
     if isinstance(exc, FileNotFoundError):
         return f"command not found: {exc.filename or exc}"
-    if isinstance(exc, SDKError):
-        return f"MCP error {exc.code}: {exc.message}"
-    if isinstance(exc, MCPError):
+    if isinstance(exc, RemoteError):
+        return f"MCP error {exc.code}: {exc.message}" if exc.code else exc.message
+    if isinstance(exc, ConnectionLost | MCPError):
         return str(exc)
     return f"{type(exc).__name__}: {exc}"
 
@@ -136,10 +115,11 @@ class ServerConnection:
         spec: ServerSpec,
         cfg: Config,
         environ: Mapping[str, str],
-        on_tools: Callable[[ServerConnection, list[types.Tool]], None],
+        on_tools: Callable[[ServerConnection, list[dict[str, Any]]], None],
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        launched: Launched | None = None,
     ) -> None:
         self.spec = spec
         self.clock = clock  # seconds, for the restart backoff
@@ -150,18 +130,19 @@ class ServerConnection:
         self.is_stopping = False
         self.state = "disabled" if not spec.enabled else ("failed" if spec.error else "starting")
         self.error = f"invalid entry: {spec.error}" if spec.error else None
-        self.session: ClientSession | None = None
+        self.session: Session | None = None
         self.tool_names: dict[str, str] = {}  # qualified -> original
         self.restarts = 0
         self.failures = 0  # consecutive lost sessions / failed starts
         self.next_start_at = 0.0
         self.lock = asyncio.Lock()  # serializes starts and restarts
+        self._launched = launched  # started at start-up, for the first start to adopt
         self._task: asyncio.Task[None] | None = None
-        self._scope: anyio.CancelScope | None = None
         self._started_once = False
         self._garbage = 0  # lines the server wrote to stdout that are not JSON-RPC
         self._garbage_first = ""  # the first of them, quoted
-        self._handshake: anyio.CancelScope | None = None  # cancelled by too much garbage
+        self._in_handshake = False
+        self._too_much_garbage = asyncio.Event()
 
     @property
     def name(self) -> str:
@@ -179,6 +160,7 @@ class ServerConnection:
         log_event("mcp_server", server=self.name, status="starting", restarts=self.restarts)
         ready = asyncio.Event()
         self._garbage, self._garbage_first = 0, ""
+        self._too_much_garbage = asyncio.Event()
         self._task = asyncio.create_task(self._run(ready), name=f"mcp-{self.name}")
         await ready.wait()
         if self.session is None:
@@ -187,98 +169,105 @@ class ServerConnection:
         return True
 
     async def _run(self, ready: asyncio.Event) -> None:
-        cfg = self.cfg.mcp
         refresh: asyncio.Queue[str] = asyncio.Queue()
-        stderr_path, offset, errlog = None, 0, None
+        stderr: tuple[Path, int] | None = None
         try:
-            with anyio.CancelScope() as scope:
-                self._scope = scope
-                try:
-                    async with contextlib.AsyncExitStack() as stack:
-                        if self.spec.transport == "stdio":
-                            stderr_path, errlog = await self._open_stderr_log()
-                            stack.callback(errlog.close)
-                            offset = errlog.tell()
-                        transport = self._transport(errlog)
-                        read, write = await stack.enter_async_context(transport)
-                        session = await stack.enter_async_context(
-                            ClientSession(
-                                read,
-                                write,
-                                message_handler=functools.partial(self._on_message, refresh),
-                                client_info=CLIENT_INFO,
-                            )
-                        )
-                        with (
-                            anyio.fail_after(cfg.start_timeout),
-                            anyio.CancelScope() as handshake,
-                        ):
-                            self._handshake = handshake
-                            await session.initialize()
-                            tools = await _list_all_tools(session)
-                        self._handshake = None
-                        if handshake.cancelled_caught:
-                            raise MCPError(
-                                f"it does not speak MCP on stdout: it wrote {self._garbage_first} "
-                                "(an MCP server must write only JSON-RPC there; logs go to "
-                                "stderr)"
-                            )
-                        self.session = session
-                        self.on_tools(self, tools)
-                        self.state = "running"
-                        ready.set()
-                        log_event(
-                            "mcp_server", server=self.name, status="running", tools=len(tools)
-                        )
-                        await self._serve_refreshes(session, refresh)
-                except Exception as e:  # noqa: BLE001 - any failure of one server is reported, not raised
-                    self._handshake = None
-                    self.error = _describe_error(e)
-                    if self._garbage and not _holds(e, MCPError):
-                        self.error += f"; it wrote non-MCP output to stdout: {self._garbage_first}"
-                    if stderr_path is not None:
-                        tail = await asyncio.to_thread(_read_tail, stderr_path, offset)
-                        if tail:
-                            self.error += f"; stderr: {tail}"
-                    if self.state != "stopped":
-                        self.state = "failed"
-                    log.warning("MCP server %r failed: %s", self.name, self.error)
-                    log_event("mcp_server", server=self.name, status="failed", error=self.error)
+            try:
+                async with self._open(refresh) as (session, stderr):
+                    tools = await self._handshake(session)
+                    self.session = session
+                    self.on_tools(self, tools)
+                    self.state = "running"
+                    ready.set()
+                    log_event("mcp_server", server=self.name, status="running", tools=len(tools))
+                    await self._serve_refreshes(session, refresh)
+            except Exception as e:  # noqa: BLE001 - any failure of one server is reported, not raised
+                self._in_handshake = False
+                self.error = _describe_error(e)
+                if self._garbage and not _holds(e, MCPError):
+                    self.error += f"; it wrote non-MCP output to stdout: {self._garbage_first}"
+                if stderr is not None:
+                    tail = await asyncio.to_thread(_read_tail, *stderr)
+                    if tail:
+                        self.error += f"; stderr: {tail}"
+                if self.state != "stopped":
+                    self.state = "failed"
+                log.warning("MCP server %r failed: %s", self.name, self.error)
+                log_event("mcp_server", server=self.name, status="failed", error=self.error)
         finally:
             self.session = None
-            self._scope = None
             ready.set()
 
-    def _transport(self, errlog: Any) -> Any:
-        spec = self.spec
-        if spec.transport == "stdio":
-            params = StdioServerParameters(
-                command=spec.command,
-                args=spec.args,
-                env=server_env(spec, self.environ),
-                cwd=spec.cwd,
+    @contextlib.asynccontextmanager
+    async def _open(
+        self, refresh: asyncio.Queue[str]
+    ) -> AsyncIterator[tuple[Session, tuple[Path, int] | None]]:
+        """The session with this server, and (stdio) where its stderr tail is to be read."""
+
+        def on_notification(method: str, _params: dict[str, Any]) -> None:
+            if method == LIST_CHANGED:
+                refresh.put_nowait("refresh")
+
+        if self.spec.transport != "stdio":
+            from luna.mcp.http import http_session  # the MCP SDK: only for HTTP servers
+
+            async with http_session(self.spec, CLIENT_NAME, __version__, on_notification) as s:
+                yield s, None
+            return
+        from luna.mcp.stdio import stdio_session
+
+        launched, self._launched = self._launched, None
+        if launched is None or launched.process.poll() is not None:
+            launched = await asyncio.to_thread(spawn, self.spec, self.cfg, self.environ)
+        async with stdio_session(
+            launched,
+            CLIENT_NAME,
+            __version__,
+            on_notification=on_notification,
+            on_garbage=self._on_garbage,
+        ) as session:
+            yield session, (launched.stderr_path, launched.stderr_offset)
+
+    async def _handshake(self, session: Session) -> list[dict[str, Any]]:
+        """``initialize`` and the first ``tools/list``, within ``mcp.start_timeout``; fails at
+        once when the server writes too much that is not MCP meanwhile."""
+
+        async def shake() -> list[dict[str, Any]]:
+            await session.initialize()
+            return await session.list_tools()
+
+        self._in_handshake = True
+        handshake = asyncio.ensure_future(shake())
+        garbage = asyncio.ensure_future(self._too_much_garbage.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {handshake, garbage},
+                timeout=self.cfg.mcp.start_timeout,
+                return_when=asyncio.FIRST_COMPLETED,
             )
-            return stdio_client(params, errlog=errlog)
-        return _http_transport(spec)
+        finally:
+            self._in_handshake = False
+            for task in (handshake, garbage):
+                task.cancel()
+            await asyncio.gather(handshake, garbage, return_exceptions=True)
+        if handshake in done:
+            return handshake.result()
+        if garbage in done:
+            raise MCPError(
+                f"it does not speak MCP on stdout: it wrote {self._garbage_first} "
+                "(an MCP server must write only JSON-RPC there; logs go to stderr)"
+            )
+        raise TimeoutError
 
-    async def _open_stderr_log(self) -> tuple[Path, Any]:
-        path = self.cfg.observe.log_dir / "mcp" / f"{self.name}.log"
-
-        def open_log() -> Any:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            return path.open("a", encoding="utf-8")
-
-        return path, await asyncio.to_thread(open_log)
-
-    async def _serve_refreshes(self, session: ClientSession, refresh: asyncio.Queue[str]) -> None:
+    async def _serve_refreshes(self, session: Session, refresh: asyncio.Queue[str]) -> None:
         """Live until cancelled; re-list tools whenever the server says they changed."""
         while True:
             await refresh.get()
             while not refresh.empty():  # coalesce bursts of notifications
                 refresh.get_nowait()
             try:
-                with anyio.fail_after(self.cfg.mcp.start_timeout):
-                    tools = await _list_all_tools(session)
+                async with asyncio.timeout(self.cfg.mcp.start_timeout):
+                    tools = await session.list_tools()
             except Exception as e:  # noqa: BLE001 - a failed refresh keeps the old list
                 if _is_lost(e):
                     raise
@@ -287,30 +276,27 @@ class ServerConnection:
             self.on_tools(self, tools)
             log_event("mcp_server", server=self.name, status="tools_changed", tools=len(tools))
 
-    async def _on_message(self, refresh: asyncio.Queue[str], message: Any) -> None:
-        if isinstance(message, types.ToolListChangedNotification):
-            refresh.put_nowait("refresh")
-        elif isinstance(message, Exception):  # a line on stdout that is not JSON-RPC
-            self._garbage += 1
-            if self._garbage == 1:
-                self._garbage_first = _garbage_sample(message)
-            if self._handshake is not None and self._garbage >= GARBAGE_LINES:
-                self._handshake.cancel()  # fail now, not at mcp.start_timeout
-            elif self._handshake is None and self._garbage == 1:
-                log.warning(
-                    "MCP server %r wrote non-MCP output to stdout (ignored): %s",
-                    self.name,
-                    self._garbage_first,
-                )
+    def _on_garbage(self, line: str) -> None:
+        """A line on stdout that is not JSON-RPC."""
+        self._garbage += 1
+        if self._garbage == 1:
+            self._garbage_first = _garbage_sample(line)
+        if self._in_handshake and self._garbage >= GARBAGE_LINES:
+            self._too_much_garbage.set()  # fail now, not at mcp.start_timeout
+        elif not self._in_handshake and self._garbage == 1:
+            log.warning(
+                "MCP server %r wrote non-MCP output to stdout (ignored): %s",
+                self.name,
+                self._garbage_first,
+            )
 
     async def stop_runner(self) -> None:
-        """End the current runner (if any) and wait for its transport to close."""
-        task, scope = self._task, self._scope
+        """End the current runner (if any) and wait for its server to stop."""
+        task = self._task
         self._task = None
         if task is None:
             return
-        if scope is not None:
-            scope.cancel()
+        task.cancel()
         done, _ = await asyncio.wait({task}, timeout=STOP_TIMEOUT)
         if not done:
             log.warning(
@@ -319,6 +305,12 @@ class ServerConnection:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+    async def discard_launched(self) -> None:
+        """Stop the process started for this server at start-up if no start adopted it."""
+        launched, self._launched = self._launched, None
+        if launched is not None:
+            await asyncio.to_thread(stop_process, launched.process)
 
     # ---- calls -------------------------------------------------------------------------------
 
@@ -343,7 +335,7 @@ class ServerConnection:
                     f"{self.name}__{tool} timed out after {self.spec.timeout:g} s; cancelled",
                     True,
                 )
-            except (SDKError, ValidationError, RuntimeError, *_LOST) as e:
+            except (RemoteError, OSError) as e:
                 if not _is_lost(e):
                     return ToolResult(f"MCP server '{self.name}' error: {_describe_error(e)}", True)
                 self._mark_lost(session, e)
@@ -361,10 +353,10 @@ class ServerConnection:
                     True,
                 )
             self.failures = 0
-            return ToolResult(describe_result(result), is_error=bool(result.is_error))
+            return ToolResult(describe_result(result), is_error=result.get("isError") is True)
         return ToolResult(self.not_running("stopped"), True)  # pragma: no cover
 
-    def _mark_lost(self, session: ClientSession, exc: BaseException) -> None:
+    def _mark_lost(self, session: Session, exc: BaseException) -> None:
         if self.session is not session:
             return  # someone else already noticed
         self.session = None
@@ -416,27 +408,6 @@ class ServerConnection:
             expose=self.spec.expose,
             restarts=self.restarts,
         )
-
-
-@contextlib.asynccontextmanager
-async def _http_transport(spec: ServerSpec) -> Any:
-    async with (
-        create_mcp_http_client(headers=spec.headers or None) as client,
-        streamable_http_client(spec.url, http_client=client) as streams,
-    ):
-        yield streams
-
-
-async def _list_all_tools(session: ClientSession) -> list[types.Tool]:
-    tools: list[types.Tool] = []
-    cursor: str | None = None
-    while True:
-        params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
-        page = await session.list_tools(params=params)
-        tools.extend(page.tools)
-        cursor = page.next_cursor
-        if not cursor:
-            return tools
 
 
 def _read_tail(path: Path, offset: int) -> str:

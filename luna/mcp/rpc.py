@@ -1,0 +1,212 @@
+"""MCP's client side over one pair of byte streams: newline-delimited JSON-RPC 2.0, plain dicts.
+
+Why not the MCP SDK's client for stdio servers: importing it (the SDK plus its pydantic models)
+costs Luna's process about 0.6 s at every start, on the path to the first model request, while
+what Luna needs of the protocol is four messages (``initialize``, ``notifications/initialized``,
+``tools/list``, ``tools/call``) and their answers. HTTP servers still go through the SDK
+(``luna.mcp.http``), which speaks the same dicts to the rest of Luna.
+
+Invariants:
+- Messages are the wire's own JSON objects (camelCase keys, as the MCP specification spells
+  them); nothing here validates a result beyond "it is an object": callers read what they need.
+- A line that is not a JSON-RPC 2.0 object goes to ``on_garbage`` (the connection counts and
+  reports those); an empty line is skipped. A line over ``MAX_LINE`` bytes ends the session.
+- The server's requests are answered: ``ping`` with an empty result, anything else with
+  "method not found" (Luna offers no sampling, roots or elicitation). Its notifications go to
+  ``on_notification`` by method name.
+- When the stream ends, every waiting request fails with :class:`ConnectionLost` (an OSError,
+  so callers treat it as a lost session); a request that is cancelled (a call past its timeout)
+  sends ``notifications/cancelled`` for its id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+from collections.abc import Callable
+from typing import Any
+
+PROTOCOL_VERSION = "2025-11-25"  # what Luna asks for in the handshake
+# The handshake versions Luna can talk (tools/list and tools/call are the same in each).
+PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+MAX_LINE = 64 * 1024 * 1024  # one message from a server; a larger one ends the session
+METHOD_NOT_FOUND = -32601
+
+
+class ConnectionLost(ConnectionError):
+    """The server's stream ended (it exited, crashed or closed stdout)."""
+
+
+class RemoteError(Exception):
+    """The server answered a request with a JSON-RPC error."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class JsonRpcPeer:
+    """One connection: send requests and notifications, dispatch what arrives (``run``)."""
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        on_notification: Callable[[str, dict[str, Any]], None],
+        on_garbage: Callable[[str], None],
+    ) -> None:
+        self.reader, self.writer = reader, writer
+        self.on_notification, self.on_garbage = on_notification, on_garbage
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._lost: ConnectionLost | None = None
+
+    async def run(self) -> None:
+        """Read until the stream ends; then every waiting request fails with ConnectionLost."""
+        try:
+            while True:
+                try:
+                    line = await self.reader.readline()
+                except (ValueError, asyncio.LimitOverrunError) as e:
+                    raise ConnectionLost(f"the server wrote a line over {MAX_LINE} bytes") from e
+                if not line:
+                    raise ConnectionLost("the server closed its output (it exited?)")
+                if line.strip():
+                    self._dispatch(line)
+        except ConnectionLost as e:
+            self._end(e)
+        except OSError as e:
+            self._end(ConnectionLost(f"reading from the server failed: {e}"))
+        finally:
+            self._end(ConnectionLost("the connection was closed"))
+
+    def _end(self, lost: ConnectionLost) -> None:
+        if self._lost is None:
+            self._lost = lost
+        for future in self._waiting.values():
+            if not future.done():
+                future.set_exception(self._lost)
+        self._waiting.clear()
+
+    def _dispatch(self, line: bytes) -> None:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            message = None
+        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+            self.on_garbage(line.decode("utf-8", "replace").strip())
+            return
+        method = message.get("method")
+        if isinstance(method, str):
+            if "id" in message:
+                self._answer(message["id"], method)
+            else:
+                params = message.get("params")
+                self.on_notification(method, params if isinstance(params, dict) else {})
+            return
+        rid = message.get("id")
+        future = self._waiting.pop(rid, None) if isinstance(rid, int) else None
+        if future is None or future.done():
+            return  # an answer to a request given up on (cancelled or timed out)
+        error = message.get("error")
+        if isinstance(error, dict):
+            code = error.get("code")
+            message_text = str(error.get("message") or "error")[:500]
+            future.set_exception(RemoteError(code if isinstance(code, int) else 0, message_text))
+        else:
+            result = message.get("result")
+            future.set_result(result if isinstance(result, dict) else {})
+
+    def _answer(self, request_id: Any, method: str) -> None:
+        if method == "ping":
+            self._send({"jsonrpc": "2.0", "id": request_id, "result": {}})
+        else:
+            error = {"code": METHOD_NOT_FOUND, "message": f"Luna does not offer {method}"}
+            self._send({"jsonrpc": "2.0", "id": request_id, "error": error})
+
+    def _send(self, message: dict[str, Any]) -> None:
+        if self._lost is not None:
+            raise self._lost
+        data = json.dumps(message, ensure_ascii=False, separators=(",", ":")) + "\n"
+        try:
+            self.writer.write(data.encode("utf-8"))
+        except (OSError, RuntimeError) as e:  # a closed pipe or transport
+            raise ConnectionLost(f"writing to the server failed: {e}") from e
+
+    async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Send one request and wait for its result (raises RemoteError or ConnectionLost)."""
+        request_id = next(self._ids)
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._waiting[request_id] = future
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+        if params is not None:
+            message["params"] = params
+        try:
+            self._send(message)
+            await self._drain()
+            return await future
+        except asyncio.CancelledError:
+            if self._waiting.pop(request_id, None) is not None:
+                with contextlib.suppress(ConnectionLost):
+                    self.notify_nowait(
+                        "notifications/cancelled",
+                        {"requestId": request_id, "reason": "cancelled by Luna"},
+                    )
+            raise
+        finally:
+            self._waiting.pop(request_id, None)
+
+    def notify_nowait(self, method: str, params: dict[str, Any] | None = None) -> None:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = params
+        self._send(message)
+
+    async def _drain(self) -> None:
+        try:
+            await self.writer.drain()
+        except (OSError, RuntimeError) as e:
+            raise ConnectionLost(f"writing to the server failed: {e}") from e
+
+
+class RpcSession:
+    """The MCP client calls Luna makes, over a :class:`JsonRpcPeer` whose ``run`` is going."""
+
+    def __init__(self, peer: JsonRpcPeer, client_name: str, client_version: str) -> None:
+        self.peer = peer
+        self.client_info = {"name": client_name, "version": client_version}
+
+    async def initialize(self) -> None:
+        result = await self.peer.request(
+            "initialize",
+            {
+                "protocolVersion": PROTOCOL_VERSION,
+                "capabilities": {},
+                "clientInfo": self.client_info,
+            },
+        )
+        version = result.get("protocolVersion")
+        if version not in PROTOCOL_VERSIONS:
+            raise RemoteError(0, f"it speaks MCP version {version!r}, which Luna does not know")
+        self.peer.notify_nowait("notifications/initialized")
+
+    async def list_tools(self) -> list[dict[str, Any]]:
+        """Every page of ``tools/list``: the tools as the server declares them."""
+        tools: list[dict[str, Any]] = []
+        cursor: Any = None
+        while True:
+            page = await self.peer.request("tools/list", {"cursor": cursor} if cursor else None)
+            listed = page.get("tools")
+            if not isinstance(listed, list):
+                raise RemoteError(0, "its tools/list answer has no list of tools")
+            tools += [t for t in listed if isinstance(t, dict)]
+            cursor = page.get("nextCursor")
+            if not cursor:
+                return tools
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        return await self.peer.request("tools/call", {"name": name, "arguments": arguments})
