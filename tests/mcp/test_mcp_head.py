@@ -52,7 +52,9 @@ def test_mcp_head_first_piped_line_waits_for_a_slow_server(
 ) -> None:
     # The server answers nothing for 1 s after it starts, initialize included; three lines are
     # piped in at once, so the first turn starts long before the server is up.
-    slow = {"command": PY, "args": [ECHO], "env": {"ECHO_START_DELAY": "1"}, "timeout": 30}
+    starts = tmp_path / "starts.txt"
+    env = {"ECHO_START_DELAY": "1", "ECHO_STARTS": str(starts)}
+    slow = {"command": PY, "args": [ECHO], "env": env, "timeout": 30}
     llm_server.script(
         _call("slow__add", {"a": 40, "b": 2}, "c1"),
         Reply(content="It is 42."),
@@ -65,6 +67,9 @@ def test_mcp_head_first_piped_line_waits_for_a_slow_server(
     assert "slow__add" in _tool_names(requests[0])
     assert all(r["tools"] == requests[0]["tools"] for r in requests)
     assert "42" in _results(requests[1])["c1"] and "Unknown tool" not in _results(requests[1])["c1"]
+    # One process: the one started right after the lock (luna.mcp.launch.prelaunch) is the one
+    # the session talks to, not a second one started when the MCP manager came up.
+    assert len(starts.read_text().split()) == 1
 
 
 def test_mcp_head_is_kept_through_new_tools_a_crash_and_a_restart(

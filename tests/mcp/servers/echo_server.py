@@ -1,7 +1,7 @@
 """A small MCP test server (stdio by default, streamable HTTP with ``--http PORT``).
 
 $ECHO_START_DELAY (seconds) makes it wait that long before it answers anything, ``initialize``
-included: a slow server at start.
+included: a slow server at start. $ECHO_STARTS names a file each start appends its pid to.
 
 Tools: echo, add, fail (isError), picture (image content), big (large text), sleep,
 crash (kills its own process), break_server (kills it and makes restarts fail while the file
@@ -127,6 +127,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--http", type=int, default=None, help="serve streamable HTTP on PORT")
     args = parser.parse_args()
+    if os.environ.get("ECHO_STARTS"):
+        with open(os.environ["ECHO_STARTS"], "a") as f:
+            f.write(f"{os.getpid()}\n")
     time.sleep(float(os.environ.get("ECHO_START_DELAY") or 0))
     if args.http is not None:
         mcp.run("streamable-http", host="127.0.0.1", port=args.http)
