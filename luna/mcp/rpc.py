@@ -9,6 +9,8 @@ what Luna needs of the protocol is four messages (``initialize``, ``notification
 Invariants:
 - Messages are the wire's own JSON objects (camelCase keys, as the MCP specification spells
   them); nothing here validates a result beyond "it is an object": callers read what they need.
+- Messages are handled in the order they arrive; one over ``PARSE_IN_THREAD`` bytes is parsed
+  in a thread, so a 50 MB tool result does not stall the event loop.
 - A line that is not a JSON-RPC 2.0 object goes to ``on_garbage`` (the connection counts and
   reports those); an empty line is skipped. A line over ``MAX_LINE`` bytes ends the session.
 - The server's requests are answered: ``ping`` with an empty result, anything else with
@@ -32,6 +34,7 @@ PROTOCOL_VERSION = "2025-11-25"  # what Luna asks for in the handshake
 # The handshake versions Luna can talk (tools/list and tools/call are the same in each).
 PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 MAX_LINE = 64 * 1024 * 1024  # one message from a server; a larger one ends the session
+PARSE_IN_THREAD = 256 * 1024  # a message this large is parsed in a thread, not on the loop
 METHOD_NOT_FOUND = -32601
 
 
@@ -76,7 +79,7 @@ class JsonRpcPeer:
                 if not line:
                     raise ConnectionLost("the server closed its output (it exited?)")
                 if line.strip():
-                    self._dispatch(line)
+                    self._dispatch(line, await _parse(line))
         except ConnectionLost as e:
             self._end(e)
         except OSError as e:
@@ -92,11 +95,7 @@ class JsonRpcPeer:
                 future.set_exception(self._lost)
         self._waiting.clear()
 
-    def _dispatch(self, line: bytes) -> None:
-        try:
-            message = json.loads(line)
-        except ValueError:
-            message = None
+    def _dispatch(self, line: bytes, message: Any) -> None:
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
             self.on_garbage(line.decode("utf-8", "replace").strip())
             return
@@ -171,6 +170,16 @@ class JsonRpcPeer:
             await self.writer.drain()
         except (OSError, RuntimeError) as e:
             raise ConnectionLost(f"writing to the server failed: {e}") from e
+
+
+async def _parse(line: bytes) -> Any:
+    """The JSON value of ``line``, or None; a large one is parsed off the event loop."""
+    try:
+        if len(line) > PARSE_IN_THREAD:
+            return await asyncio.to_thread(json.loads, line)
+        return json.loads(line)
+    except ValueError:
+        return None
 
 
 class RpcSession:

@@ -23,6 +23,10 @@ from luna.llm.embedded import MODEL_ALIAS, EmbeddedModel, endpoint_alive
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 PROMPT = [{"role": "user", "content": "Complete the list: one, two, three,"}]
+# A base model's greedy continuation depends on the CPU's arithmetic: on an AMD EPYC host the
+# list prompt's first tokens are the template's own end-of-turn markup, which Luna strips, so
+# the streaming test uses a prompt the model answers with plain words on that host too.
+STORY = [{"role": "user", "content": "Hello! Tell me a story about a cat."}]
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +74,7 @@ async def test_embedded_stream_delivers_deltas(client: LLMClient) -> None:
     async def on_text(text: str) -> None:
         pieces.append(text)
 
-    resp = await client.stream(PROMPT, temperature=0.0, max_tokens=6, on_text=on_text)
+    resp = await client.stream(STORY, temperature=0.0, max_tokens=6, on_text=on_text)
     assert len(pieces) >= 2, pieces  # really streamed, token by token
     assert "".join(pieces).strip() == resp.content
     assert resp.finish_reason in ("length", "stop")
