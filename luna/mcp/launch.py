@@ -49,7 +49,6 @@ class Launched:
     process: subprocess.Popen[bytes]
     stderr_path: Path
     stderr_offset: int  # the log's size before this process wrote to it
-    started_at: float = field(default_factory=time.monotonic)
 
 
 def stderr_log(cfg: Config, name: str) -> Path:
