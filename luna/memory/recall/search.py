@@ -1,16 +1,13 @@
-"""Hybrid recall: FTS5 bm25 + sqlite-vec cosine, fused by normalized scores; prompt formatting.
+"""Hybrid recall: FTS5 bm25 + sqlite-vec cosine candidates, fused (:mod:`.fusion`); prompt lines.
 
 Invariants:
 - The user's text goes through :mod:`luna.memory.recall.query`: a safe FTS5 query (never raises),
   date windows and mentioned speakers.
-- Relevance decides the order: each list's scores are min-max normalized over its candidates
-  and mixed ``FTS_WEIGHT``/``VEC_WEIGHT``; rows from a mentioned date window or by a mentioned
-  speaker get a fixed boost (they answer the question's own constraint). Recency and importance
-  add at most ``TIE_BREAK`` in total, so they only break near-ties.
+- Each half brings its best ``_pool(k)`` candidates (and every doc of a mentioned date
+  window); :mod:`luna.memory.recall.fusion` ranks them.
 - Pseudo-relevance feedback (Rocchio): the vector search runs a second time with the query
   vector moved ``PRF_BETA`` towards the best ``PRF_DOCS`` first-pass docs; its scores replace
   the first vector list. No second embedding: the doc vectors are already stored.
-- A superseded memory ranks below its replacement whenever both are recalled.
 - Scope is an exact filter: a Discord user's scope never returns the owner's rows, and back.
 - Two halves: :func:`keyword_hits` (date windows, FTS) needs no query vector, so the facade
   runs it while the query is being embedded; :func:`hybrid_search` adds the vector half and
@@ -22,13 +19,12 @@ Invariants:
 
 from __future__ import annotations
 
-import datetime as dt
-import math
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from luna.memory.recall.fusion import Signals, feedback_vector, normalized, ranking
 from luna.memory.recall.query import QueryPlan, build_fts_query, plan_query, query_terms
 from luna.memory.recall.vocab import term_doc_counts
 from luna.memory.storage.store import Store
@@ -44,7 +40,6 @@ __all__ = [
     "query_terms",
 ]
 
-FTS_WEIGHT = 0.5
 FTS_OVERFETCH = 3  # FTS asks for this many times the pool before keeping the scope's rows
 # A query word in more than COMMON_SHARE of the docs is left out of FTS once the index holds
 # COMMON_MIN_DOCS docs (and other words remain). At 100k docs it cuts FTS p95 from ~50 to
@@ -52,17 +47,11 @@ FTS_OVERFETCH = 3  # FTS asks for this many times the pool before keeping the sc
 # distractors: R@10 0.630 -> 0.622, R@5 0.588 -> 0.582. Below the size, FTS is cheap and exact.
 COMMON_SHARE = 0.1
 COMMON_MIN_DOCS = 20_000
-VEC_WEIGHT = 0.5
 CTX_WEIGHT = 0.5  # bm25 weight of a doc's neighbours' text relative to its own
-SPEAKER_BOOST = 0.5
-DATE_BOOST = 0.5
 WINDOW_MAX_DOCS = 2000
 # The most results one search returns: sqlite-vec refuses a KNN query for more than 4096
 # neighbours, so every vector pool is capped there too (see nearest).
 MAX_K = 4096
-TIE_BREAK = 2e-3  # total bonus for recency + importance (scores are in [0, 1] plus boosts)
-RECENCY_HALF_LIFE_DAYS = 90.0
-SUPERSEDED_FACTOR = 0.5
 CHARS_PER_TOKEN = 4
 PRF_DOCS = 1  # pseudo-relevance feedback: best first-pass docs whose centroid moves the query
 PRF_BETA = 0.2  # how far the query vector moves towards that centroid (0 = no feedback)
@@ -82,17 +71,6 @@ class RecallItem:
     session_id: str | None = None
     importance: int | None = None
     superseded_by: int | None = None
-
-
-def _recency(created_at: str, now: dt.datetime) -> float:
-    try:
-        when = dt.datetime.fromisoformat(created_at)
-    except ValueError:
-        return 0.0
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.UTC)
-    age_days = max(0.0, (now - when).total_seconds() / 86400)
-    return math.exp(-age_days * math.log(2) / RECENCY_HALF_LIFE_DAYS)
 
 
 def _bm25(
@@ -245,15 +223,6 @@ def window_docs(store: Store, plan: QueryPlan, scope: str) -> list[int]:
     return list(dict.fromkeys(ids))[:WINDOW_MAX_DOCS]
 
 
-def _normalized(scores: dict[int, float]) -> dict[int, float]:
-    if not scores:
-        return {}
-    hi, lo = max(scores.values()), min(scores.values())
-    if hi - lo < 1e-9:
-        return {i: 1.0 for i in scores}
-    return {i: (s - lo) / (hi - lo) for i, s in scores.items()}
-
-
 def _doc_vectors(store: Store, scope: str, doc_ids: list[int]) -> np.ndarray:
     """The stored (unit) vectors of ``doc_ids`` that have one, as rows of a matrix."""
     index = store.ram_index(scope)
@@ -267,18 +236,6 @@ def _doc_vectors(store: Store, scope: str, doc_ids: list[int]) -> np.ndarray:
     if not rows:
         return np.zeros((0, store.dim or 0), dtype=np.float32)
     return np.vstack(rows)
-
-
-def feedback_vector(query_vec: bytes, top_vecs: np.ndarray, beta: float) -> bytes:
-    """Rocchio: the query moved ``beta`` of the way towards the centroid of ``top_vecs``."""
-    q = np.frombuffer(query_vec, dtype=np.float32)
-    if len(top_vecs) == 0 or beta <= 0:
-        return query_vec
-    centroid = top_vecs.mean(axis=0)
-    unit = centroid / (float(np.linalg.norm(centroid)) or 1.0)
-    moved = (1 - beta) * q + beta * unit
-    norm = float(np.linalg.norm(moved)) or 1.0
-    return (moved / norm).astype(np.float32).tobytes()
 
 
 @dataclass(frozen=True)
@@ -298,7 +255,7 @@ def keyword_hits(
         plan = plan_query(query, store.speakers(scope))
     in_window = window_docs(store, plan, scope) if plan.windows else []
     match = build_fts_query(" ".join(distinctive_terms(store, query_terms(plan.text))))
-    fts = _normalized(fts_scores(store, match, scope, _pool(k), in_window))
+    fts = normalized(fts_scores(store, match, scope, _pool(k), in_window))
     return KeywordHits(plan, in_window, fts)
 
 
@@ -331,26 +288,12 @@ def hybrid_search(
     if query_vec is not None:
         first = nearest(store, query_vec, scope, pool)
         first = with_windows(store, query_vec, scope, first, in_window)
-    vec = _normalized(first.scores)
+    vec = normalized(first.scores)
     candidates = set(fts) | set(vec)
     if not candidates:
         return []
     details = _details(store, list(candidates))
-    window_set = set(in_window)
-    speakers = {s.lower() for s in plan.speakers}
-    now = dt.datetime.now(dt.UTC)
-
-    def score_of(doc_id: int, d: dict[str, Any]) -> float:
-        score = FTS_WEIGHT * fts.get(doc_id, 0.0) + VEC_WEIGHT * vec.get(doc_id, 0.0)
-        if doc_id in window_set:
-            score += DATE_BOOST
-        if speakers and (d.get("speaker") or "").lower() in speakers:
-            score += SPEAKER_BOOST
-        importance = d.get("importance") or 5
-        score += TIE_BREAK * 0.5 * (_recency(d["created_at"], now) + importance / 10)
-        if d.get("superseded_by"):
-            score *= SUPERSEDED_FACTOR
-        return score
+    signals = Signals(fts, vec, set(in_window), {s.lower() for s in plan.speakers})
 
     def visible(d: dict[str, Any]) -> bool:
         if exclude_session and d["kind"] == "message":
@@ -358,7 +301,7 @@ def hybrid_search(
             return not (d["session_id"] == sid and d["ref_id"] > cut)
         return True
 
-    scored = {i: score_of(i, d) for i, d in details.items() if visible(d)}
+    scored = {i: signals.score(i, d) for i, d in details.items() if visible(d)}
     if query_vec is not None and vec and PRF_DOCS > 0 and PRF_BETA > 0:
         # Pseudo-relevance feedback: search again with the query vector moved towards the
         # best first-pass docs, so a paraphrase they share with a relevant doc is found even
@@ -366,12 +309,12 @@ def hybrid_search(
         top = sorted(scored, key=scored.__getitem__, reverse=True)[:PRF_DOCS]
         moved = feedback_vector(query_vec, _doc_vectors(store, scope, top), PRF_BETA)
         again = nearest(store, moved, scope, pool, near=first)
-        vec = _normalized(with_windows(store, moved, scope, again, in_window).scores)
-        new = [i for i in vec if i not in details]
+        signals.vec = normalized(with_windows(store, moved, scope, again, in_window).scores)
+        new = [i for i in signals.vec if i not in details]
         if new:
             details.update(_details(store, new))
-        scored = {i: score_of(i, d) for i, d in details.items() if visible(d)}
-    ranked = _below_replacements(scored, details)
+        scored = {i: signals.score(i, d) for i, d in details.items() if visible(d)}
+    ranked = ranking(scored, details)
     best = sorted(ranked, key=ranked.__getitem__, reverse=True)[:k]
     return [_item(details[i], ranked[i]) for i in best]
 
@@ -391,28 +334,22 @@ def _item(d: dict[str, Any], score: float) -> RecallItem:
     )
 
 
-def _below_replacements(
-    scored: dict[int, float], details: dict[int, dict[str, Any]]
-) -> dict[int, float]:
-    """``scored`` with each superseded memory moved below its replacement, when both are in."""
-    memory = {details[i]["ref_id"]: s for i, s in scored.items() if details[i]["kind"] == "memory"}
-    out = dict(scored)
-    for doc_id, score in scored.items():
-        newer = memory.get(details[doc_id].get("superseded_by") or 0)
-        if newer is not None and score >= newer:
-            out[doc_id] = newer * SUPERSEDED_FACTOR
-    return out
-
-
 def _details(store: Store, doc_ids: list[int]) -> dict[int, dict[str, Any]]:
     marks = ",".join("?" * len(doc_ids))
     docs = store.query(
-        f"SELECT id, kind, ref_id, created_at, speaker FROM docs WHERE id IN ({marks})", doc_ids
+        f"SELECT id, kind, ref_id, created_at, speaker, thread FROM docs WHERE id IN ({marks})",
+        doc_ids,
     )
     out: dict[int, dict[str, Any]] = {}
     by_kind: dict[str, dict[int, int]] = {"message": {}, "memory": {}, "summary": {}}
-    for doc_id, kind, ref_id, created_at, speaker in docs:
-        out[doc_id] = {"kind": kind, "ref_id": ref_id, "created_at": created_at, "speaker": speaker}
+    for doc_id, kind, ref_id, created_at, speaker, thread in docs:
+        out[doc_id] = {
+            "kind": kind,
+            "ref_id": ref_id,
+            "created_at": created_at,
+            "speaker": speaker,
+            "thread": thread,
+        }
         by_kind[kind][ref_id] = doc_id
 
     def fill(kind: str, sql: str, cols: list[str]) -> None:
