@@ -3,8 +3,9 @@
 For each LoCoMo conversation: a fresh database, every turn imported as a memory (text
 ``Speaker: utterance`` plus the shared photo's caption, external id = the turn's ``dia_id``,
 created_at = its session's date), then every question of categories 1-4 is searched (category 5,
-adversarial, has no answer in the conversation and is left out). Recall@k of a question is the
-share of its evidence turns found in the top k; the figures are means over questions.
+adversarial, has no answer in the conversation and is left out), asked the day after the last
+session (so "in May" means the last May before it). Recall@k of a question is the share of its
+evidence turns found in the top k; the figures are means over questions.
 
 Counted per session as well, to set beside published figures that rank sessions or chunks: the
 sessions of the top k turns against the sessions that hold the question's evidence.
@@ -112,6 +113,8 @@ async def run_conversation(path: Path, k: int) -> tuple[list, list, int]:
         try:
             items = turns(conv, path.stem)
             await mem.add_memories(items)
+            asked = dt.datetime.fromisoformat(max(i["created_at"] for i in items))
+            asked += dt.timedelta(days=1)
             for qa in conv["qa"]:
                 if qa.get("category") not in CATEGORIES:
                     continue
@@ -119,7 +122,7 @@ async def run_conversation(path: Path, k: int) -> tuple[list, list, int]:
                 if not evidence:
                     continue
                 start = time.perf_counter()
-                hits = await mem.recall(str(qa["question"]), k=k)
+                hits = await mem.recall(str(qa["question"]), k=k, now=asked)
                 latencies.append((time.perf_counter() - start) * 1000)
                 ids = [h.external_id or "" for h in hits]
                 rows.append((qa["category"], recall_at(evidence, ids)))

@@ -29,6 +29,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -330,10 +331,13 @@ class Memory:
         scope: str = "owner",
         session_id: str | None = None,
         k: int | None = None,
+        now: dt.datetime | None = None,
     ) -> list[RecallItem]:
         """Hybrid search over messages, memories and summaries visible to ``scope``.
 
         With ``session_id``, that session's messages still in the prompt view are left out.
+        ``now`` (default: the UTC clock) is when the question is asked: "yesterday" or "in May"
+        in ``query`` mean the days before its date.
         Never waits for the embedding model while it warms (see :attr:`recall_mode`).
         """
         if self.vector_enabled and not await asyncio.to_thread(self.store.vectors_current):
@@ -352,6 +356,7 @@ class Memory:
             mode=self.recall_mode,
             embed=self.embed_query,
             mode_now=lambda: self.recall_mode,
+            today=(now or dt.datetime.now(dt.UTC)).date(),
         )
 
     # ---- memories ----------------------------------------------------------------------
@@ -455,14 +460,8 @@ class Memory:
     # ---- maintenance -------------------------------------------------------------------
 
     async def stats(self) -> dict[str, Any]:
-        counts = await asyncio.to_thread(self.store.counts)
-        size = self.cfg.db_path.stat().st_size if self.cfg.db_path.exists() else 0
         return {
-            **counts,
-            "db_path": str(self.cfg.db_path),
-            "db_bytes": size,
-            "embedding_model": await asyncio.to_thread(self.store.get_meta, "embedding_model"),
-            "embedding_dim": await asyncio.to_thread(self.store.get_meta, "embedding_dim"),
+            **await asyncio.to_thread(self.store.stats),
             "vector_enabled": self.vector_enabled,
             "vector_error": self.vector_error,
         }

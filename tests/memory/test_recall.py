@@ -79,7 +79,7 @@ def test_query_plan_extracts_dates_and_speakers() -> None:
     assert plan.speakers == ["Joanna"]
     assert plan.windows == [("2022-04-30", "2022-05-09")]
     assert "Joanna" not in plan.text and "2022" not in plan.text
-    assert plan_query("in mid-August 2023", []).windows == [("2023-08-01", "2023-09-09")]
+    assert plan_query("in mid-August 2023", []).windows == [("2023-07-31", "2023-09-08")]
     assert plan_query("Joanna", ["Joanna"]).text == "Joanna"  # never an empty search
 
 
@@ -277,3 +277,33 @@ async def test_recall_embeds_the_words_its_plan_searches(
     embedded.clear()
     await memory.recall("What did Caroline say?", k=2)  # the speaker is known now: one embed
     assert embedded == ["What did say?"]
+
+
+EPISODE = [  # one sitting: the answer shares no word with the question, its neighbour does
+    ("s1", "Nate: I made coconut milk ice cream for the first time yesterday!"),
+    ("s1", "Joanna: Ooh, how did it turn out?"),
+    ("s1", "Nate: Honestly? Super good, rich and creamy. My new favourite snack."),
+    ("s2", "Nate: I think ice cream from the shop is fine, nothing special."),
+    ("s3", "Joanna: What do you think about a trip to the coast?"),
+]
+
+
+async def test_an_episode_lifts_the_answer_beside_the_best_match(
+    memory: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reply ("Super good, rich and creamy") is lifted by the turn it answers, which holds
+    the question's words, above a turn of another sitting that shares more of them."""
+    from luna.memory.recall import fusion
+
+    await memory.add_memories(
+        [
+            {"text": t, "session_id": s, "source": "import", "speaker": t.split(":")[0]}
+            for s, t in EPISODE
+        ]
+    )
+    question = "What did Nate think of the coconut milk ice cream he made?"
+    ranked = [h.text for h in await memory.recall(question, k=5)]
+    assert ranked.index(EPISODE[2][1]) < ranked.index(EPISODE[3][1]), ranked
+    monkeypatch.setattr(fusion, "EPISODE_BOOST", 0.0)
+    plain = [h.text for h in await memory.recall(question, k=5)]
+    assert plain.index(EPISODE[3][1]) < plain.index(EPISODE[2][1]), "test proves nothing"

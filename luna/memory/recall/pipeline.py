@@ -14,6 +14,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 from collections.abc import Awaitable, Callable
 
 from luna.memory.recall.query import plan_query
@@ -35,9 +36,9 @@ async def _timed(embed: Callable[[str], Awaitable[bytes | None]], text: str) -> 
     return vec, t.ms
 
 
-def _keywords(store: Store, query: str, scope: str, k: int) -> KeywordHits:
+def _keywords(store: Store, query: str, scope: str, k: int, today: dt.date) -> KeywordHits:
     return keyword_hits(
-        store, query, scope=scope, k=k, plan=plan_query(query, store.speakers(scope))
+        store, query, scope=scope, k=k, plan=plan_query(query, store.speakers(scope), today)
     )
 
 
@@ -69,18 +70,22 @@ async def run_recall(
     mode: str,
     embed: Callable[[str], Awaitable[bytes | None]],
     mode_now: Callable[[], str],
+    today: dt.date,
 ) -> list[RecallItem]:
-    """The ``k`` best items for ``query`` (see :meth:`luna.memory.Memory.recall`)."""
+    """The ``k`` best items for ``query`` (see :meth:`luna.memory.Memory.recall`); ``today``
+    resolves the query's relative dates."""
     k = min(k, MAX_K)  # sqlite-vec's limit (luna.memory.recall.search)
     embed_ms = 0.0
     with Timer() as t:
         # The vector is asked for before any database work, for the words the speakers seen
         # last leave (speaker names are not searched for); the rare query whose words a new
         # speaker changes is embedded again.
-        text = plan_query(query, store.speakers_seen(scope)).text
+        text = plan_query(query, store.speakers_seen(scope), today).text
         embedding = asyncio.create_task(_timed(embed, text)) if mode == "hybrid" else None
         try:
-            keywords = await asyncio.to_thread(store.checked, _keywords, store, query, scope, k)
+            keywords = await asyncio.to_thread(
+                store.checked, _keywords, store, query, scope, k, today
+            )
             if embedding is not None and keywords.plan.text != text:
                 embedding.cancel()
                 text = keywords.plan.text

@@ -4,7 +4,7 @@ Invariants:
 - Any user text becomes a valid FTS5 query or None: every token is quoted, so punctuation,
   quotes, ``AND``/``OR``/``NOT``/``NEAR``, ``*`` and ``?`` are plain words; nothing raises.
   Stopwords are dropped unless nothing else is left.
-- Dates written in the query ("on 8 May, 2023", "May 8, 2023", "in May 2023", "2023-05-08")
+- Dates in the query (explicit, or relative to ``today``: :mod:`luna.memory.recall.dates`)
   become time windows; they are removed from the text the searches see (they are matched on
   the rows' dates instead), unless that would leave no words at all. Same for speaker names.
 - Pure functions: no I/O.
@@ -12,10 +12,11 @@ Invariants:
 
 from __future__ import annotations
 
-import calendar
 import datetime as dt
 import re
 from dataclasses import dataclass, field
+
+from luna.memory.recall.dates import date_windows
 
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 STOPWORDS = frozenset(
@@ -28,24 +29,6 @@ STOPWORDS = frozenset(
     what when where which while who whom why will with would you your yours yourself
     yourselves s t don didn doesn isn wasn weren won wouldn ll ve re d m o y ever also""".split()
 )
-
-_MONTHS = {m.lower(): i for i, m in enumerate(calendar.month_name) if m}
-_MONTHS.update({m.lower(): i for i, m in enumerate(calendar.month_abbr) if m})
-_MN = "|".join(sorted(_MONTHS, key=len, reverse=True))
-_DAY_AFTER = dt.timedelta(days=8)  # an event is usually talked about in the days after it
-_DAY_BEFORE = dt.timedelta(days=1)
-_DATE_PATTERNS = [
-    (
-        re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MN})\.?,?\s+(\d{{4}})\b", re.I),
-        "dmy",
-    ),
-    (re.compile(rf"\b({_MN})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?,?\s+(\d{{4}})\b", re.I), "mdy"),
-    (re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b"), "iso"),
-    (
-        re.compile(rf"\b(?:(?:early|mid|late)[-\s]+)?({_MN})\.?,?\s+(?:of\s+)?(\d{{4}})\b", re.I),
-        "my",
-    ),
-]
 
 
 @dataclass(frozen=True)
@@ -75,35 +58,14 @@ def build_fts_query(text: str) -> str | None:
     return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms[:64])
 
 
-def _window(kind: str, m: re.Match[str]) -> tuple[dt.date, dt.date]:
-    if kind == "my":
-        year, month = int(m[2]), _MONTHS[m[1].lower()]
-        start = dt.date(year, month, 1)
-        end = dt.date(year + (month == 12), month % 12 + 1, 1)
-        return start, end + _DAY_AFTER
-    if kind == "dmy":
-        day = dt.date(int(m[3]), _MONTHS[m[2].lower()], int(m[1]))
-    elif kind == "mdy":
-        day = dt.date(int(m[3]), _MONTHS[m[1].lower()], int(m[2]))
-    else:
-        day = dt.date(int(m[1]), int(m[2]), int(m[3]))
-    return day - _DAY_BEFORE, day + _DAY_AFTER
+def plan_query(
+    text: str, known_speakers: list[str] | None = None, today: dt.date | None = None
+) -> QueryPlan:
+    """Split ``text`` into the words to search, date windows and mentioned speakers.
 
-
-def plan_query(text: str, known_speakers: list[str] | None = None) -> QueryPlan:
-    """Split ``text`` into the words to search, date windows and mentioned speakers."""
-    spans: list[tuple[int, int]] = []
-    windows: list[tuple[str, str]] = []
-    for pattern, kind in _DATE_PATTERNS:
-        for m in pattern.finditer(text):
-            if any(s <= m.start() < e for s, e in spans):
-                continue
-            try:
-                start, end = _window(kind, m)
-            except ValueError:
-                continue
-            windows.append((start.isoformat(), end.isoformat()))
-            spans.append((m.start(), m.end()))
+    ``today`` resolves relative dates ("last week", "in May"); see :mod:`.dates`.
+    """
+    windows, spans = date_windows(text, today)
     rest = text
     for s, e in sorted(spans, reverse=True):
         rest = rest[:s] + " " + rest[e:]

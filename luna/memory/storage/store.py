@@ -444,3 +444,13 @@ class Store(VectorModel):
             "indexed": q("SELECT count(*) FROM docs"),
             "embedded": q("SELECT count(*) FROM docs WHERE embedded = 1"),
         }
+
+    def stats(self) -> dict[str, Any]:
+        """:meth:`counts`, the file's size and the vectors' model: ``luna memory stats``."""
+        return {
+            **self.counts(),
+            "db_path": str(self.path),
+            "db_bytes": self.path.stat().st_size if self.path.exists() else 0,
+            "embedding_model": self.get_meta("embedding_model"),
+            "embedding_dim": self.get_meta("embedding_dim"),
+        }
