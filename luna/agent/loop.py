@@ -439,9 +439,13 @@ class Agent:
         return record
 
     async def _recall_block(self, msg: InboundMessage) -> str:
-        # Memory leaves out this session's messages still in the prompt (this one included).
+        # Memory leaves out this session's messages still in the prompt (this one included);
+        # "yesterday" is the owner's yesterday (agent.timezone).
+        now = _now(self.cfg.agent.timezone)
         try:
-            items = await self.memory.recall(msg.text, scope=msg.scope, session_id=msg.session_id)
+            items = await self.memory.recall(
+                msg.text, scope=msg.scope, session_id=msg.session_id, now=now
+            )
         except LunaError as e:
             log.warning("recall failed, answering without memories: %s", e)
             return ""
