@@ -32,6 +32,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "turn_overhead": ("turn_overhead.py", "per-turn overhead outside the LLM"),
     "prefix_reuse": ("prefix_reuse.py", "prompt prefix reuse (cached tokens) across turns"),
     "locomo": ("locomo.py", "LoCoMo long-conversation recall"),
+    "locomo_ablation": ("locomo_ablation.py", "LoCoMo recall with one part changed at a time"),
     "memory_scale": ("memory_scale.py", "memory ingest and query at 100k items"),
     "loop_stall": ("loop_stall.py", "event-loop stall with 10 concurrent sessions"),
     "scheduler": ("scheduler.py", "next-due lookup and tick cost, 10,000+ scheduled tasks"),
