@@ -100,3 +100,41 @@ def test_without_faiss_the_sketch_serves(
     index = filled(vecs)
     assert not index.wait_for_graph(5) and index.graph is None
     assert index.knn(vecs[0], 1)[0][0] == 1
+
+
+def test_graph_search_widens_as_the_graph_grows(
+    small_graphs: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fixed breadth loses recall as the graph grows (0.89 at 1M with 256): the breadth is
+    at least GRAPH_EF_SEARCH and grows with the node count, up to GRAPH_EF_MAX."""
+    index = filled(clustered(3000))
+    assert index.wait_for_graph(60)
+    graph = index.graph
+    assert graph.breadth == graph_index.GRAPH_EF_SEARCH  # 3,000 nodes: the floor
+    monkeypatch.setattr(graph_index, "GRAPH_EF_PER_NODE", 0.5)
+    assert graph.breadth == 1500
+    monkeypatch.setattr(graph_index, "GRAPH_EF_MAX", 1000)
+    assert graph.breadth == 1000
+    monkeypatch.setattr(graph_index, "GRAPH_EF_PER_NODE", 0.002)
+    monkeypatch.setattr(graph_index, "GRAPH_EF_MAX", 4096)
+    assert index.knn(index.mat[7], 1)[0][0] == 8
+
+
+def test_the_feedback_pass_rescores_the_graphs_candidates(small_graphs: None) -> None:
+    """One graph search per recall: the second (feedback) pass scores the first pass's
+    candidates again, exactly, instead of searching the graph again."""
+    vecs = clustered(3000)
+    index = filled(vecs)
+    assert index.wait_for_graph(60)
+    searches = []
+    real = index.graph.search
+    index.graph.search = lambda q, k: searches.append(k) or real(q, k)  # type: ignore[method-assign]
+    first, candidates = index.search(vecs[0], 10)
+    assert candidates is not None and len(searches) == 1
+    moved = 0.8 * vecs[0] + 0.2 * vecs[1]
+    moved /= np.linalg.norm(moved)
+    again = index.knn_among(candidates, moved, 10)
+    assert len(searches) == 1
+    assert {i for i, _ in again} <= {int(index.ids[s]) for s in candidates.slots}
+    top, score = again[0]
+    assert score == pytest.approx(float(vecs[top - 1] @ moved), abs=1e-5)
