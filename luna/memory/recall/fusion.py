@@ -69,18 +69,27 @@ class Signals:
     in_window: set[int] = field(default_factory=set)
     speakers: set[str] = field(default_factory=set)  # lowercase
     now: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
+    # doc id -> (bonus, factor): what a doc's score gets whatever the lists say, computed once
+    # (a recall scores its candidates twice: before and after the feedback pass)
+    _priors: dict[int, tuple[float, float]] = field(default_factory=dict)
 
     def score(self, doc_id: int, d: dict[str, Any]) -> float:
-        score = FTS_WEIGHT * self.fts.get(doc_id, 0.0) + VEC_WEIGHT * self.vec.get(doc_id, 0.0)
+        prior = self._priors.get(doc_id)
+        if prior is None:
+            prior = self._priors[doc_id] = self._prior(doc_id, d)
+        bonus, factor = prior
+        relevance = FTS_WEIGHT * self.fts.get(doc_id, 0.0) + VEC_WEIGHT * self.vec.get(doc_id, 0.0)
+        return (relevance + bonus) * factor
+
+    def _prior(self, doc_id: int, d: dict[str, Any]) -> tuple[float, float]:
+        bonus = 0.0
         if doc_id in self.in_window:
-            score += DATE_BOOST
+            bonus += DATE_BOOST
         if self.speakers and (d.get("speaker") or "").lower() in self.speakers:
-            score += SPEAKER_BOOST
+            bonus += SPEAKER_BOOST
         importance = d.get("importance") or 5
-        score += TIE_BREAK * 0.5 * (recency(d["created_at"], self.now) + importance / 10)
-        if d.get("superseded_by"):
-            score *= SUPERSEDED_FACTOR
-        return score
+        bonus += TIE_BREAK * 0.5 * (recency(d["created_at"], self.now) + importance / 10)
+        return bonus, SUPERSEDED_FACTOR if d.get("superseded_by") else 1.0
 
 
 def _episode(doc_id: int, d: dict[str, Any]) -> tuple[str, ...]:
