@@ -36,6 +36,8 @@ def clean_text(text: str) -> str:
     broken model reply can hold; they cannot be stored as UTF-8 nor sent as JSON. NUL and
     every other character are kept as they are.
     """
+    if text.isascii():  # a flag CPython keeps on every string: no scan
+        return text
     return _SURROGATE.sub(REPLACEMENT, text) if _SURROGATE.search(text) else text
 
 

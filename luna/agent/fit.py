@@ -52,18 +52,18 @@ class ContextFit:
         self.max_tokens = max_tokens
         self.chars_per_token = DEFAULT_CHARS_PER_TOKEN
 
-    def learn(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None,
-        usage: Usage | None,
-    ) -> None:
-        """Calibrate the estimate on a request the server counted."""
+    def learn(self, chars: int, usage: Usage | None) -> None:
+        """Calibrate the estimate on a request of ``chars`` characters (:func:`request_chars`,
+        measured once per request) that the server counted."""
         if usage is not None and usage.prompt_tokens > 0:
-            self.chars_per_token = max(1.0, request_chars(messages, tools) / usage.prompt_tokens)
+            self.chars_per_token = max(1.0, chars / usage.prompt_tokens)
+
+    def tokens(self, chars: int) -> int:
+        """The estimated tokens of a request of ``chars`` characters."""
+        return int(chars / self.chars_per_token) + 1
 
     def estimate(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> int:
-        return int(request_chars(messages, tools) / self.chars_per_token) + 1
+        return self.tokens(request_chars(messages, tools))
 
     def limit(self, server_n_ctx: int | None) -> int:
         """Prompt tokens a request may use."""

@@ -112,21 +112,20 @@ class ModelCall:
         info = await self.llm.server_info(lane=self.lane)
         self.context_tokens = info.n_ctx if info else None
         limit = self.fit.limit(self.context_tokens)
-        messages = self._fitted(messages, tools, limit, reason="estimate")
+        messages, chars = self._fitted(messages, tools, limit, reason="estimate")
         try:
             response = await send(messages)
         except LLMContextOverflowError as e:
             if e.n_prompt_tokens:  # the server counted: calibrate on its figure
-                self.fit.chars_per_token = max(
-                    1.0, request_chars(messages, tools) / e.n_prompt_tokens
-                )
+                self.fit.chars_per_token = max(1.0, chars / e.n_prompt_tokens)
             target = int(self.fit.limit(e.n_ctx or limit) * SERVER_MARGIN)
-            messages = self._fitted(messages, tools, target, reason="server")
+            messages, chars = self._fitted(messages, tools, target, reason="server")
             response = await send(messages)
         except LLMRejectedError as e:
             messages = await self._repaired(messages, tools, e)
+            chars = request_chars(messages, tools)
             response = await send(messages)
-        self.fit.learn(messages, tools, response.usage)
+        self.fit.learn(chars, response.usage)
         return response, messages
 
     def _fitted(
@@ -136,9 +135,12 @@ class ModelCall:
         limit: int,
         *,
         reason: str,
-    ) -> list[dict[str, Any]]:
-        if reason == "estimate" and self.fit.estimate(messages, tools) <= limit:
-            return messages
+    ) -> tuple[list[dict[str, Any]], int]:
+        """The messages to send within ``limit`` tokens, and their :func:`request_chars` (each
+        request is measured once: the estimate here, the calibration after it)."""
+        chars = request_chars(messages, tools)
+        if reason == "estimate" and self.fit.tokens(chars) <= limit:
+            return messages, chars
         trimmed = self.fit.shrink(messages, tools, limit)
         self.overflowed = True
         if trimmed is None:
@@ -158,7 +160,7 @@ class ModelCall:
             trimmed.dropped_messages,
             trimmed.shrunk_results,
         )
-        return trimmed.messages
+        return trimmed.messages, request_chars(trimmed.messages, tools)
 
     async def _repaired(
         self,

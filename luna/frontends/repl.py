@@ -1,8 +1,9 @@
 """Terminal front-end: the same agent API the Discord bot uses.
 
 Invariants:
-- stdin is read in a worker thread, so the event loop (and other sessions, MCP servers, the
-  librarian) keeps running while the prompt waits.
+- stdin is read in one daemon thread, started once, so the event loop (and other sessions, MCP
+  servers, the librarian) keeps running while the prompt waits, and never waits for a thread
+  to start (``Thread.start`` blocks until the thread runs: milliseconds on a busy box).
 - Ctrl-C cancels the running turn, not the program; Ctrl-D / EOF or ``/quit`` exits with 0.
 - Piped (non-tty) stdin: one line per message, replies printed; a failed turn's error is one
   ``error: ...`` line where its reply would be (never repeated on stderr), and the exit code at
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import queue
 import secrets
 import signal
 import sys
@@ -125,6 +127,7 @@ class LineReader:
         self.interactive = interactive
         self._pending: asyncio.Future[str | None] | None = None
         self._asked: tuple[str, str] = ("", "")
+        self._requests: queue.SimpleQueue[Any] | None = None  # for the reading thread
         self._history_file = history_file
         if interactive:
             with contextlib.suppress(ImportError, OSError):
@@ -161,24 +164,35 @@ class LineReader:
                 on_stale()
             await asyncio.shield(pending)
             self._pending = None
-        if self._pending is None or self._pending.done():
-            self._asked = (purpose, prompt)
-            loop = asyncio.get_running_loop()
-            future: asyncio.Future[str | None] = loop.create_future()
+        future = self._pending
+        if future is None or future.done():
+            future = self._pending = self._start(prompt, purpose)
+        return await asyncio.shield(future)
 
-            def work() -> None:
-                try:
-                    line = self._read(prompt)
-                except BaseException as e:  # noqa: BLE001 - handed to the awaiting task
-                    loop.call_soon_threadsafe(_settle, future, None, e)
-                else:
-                    loop.call_soon_threadsafe(_settle, future, line, None)
-
+    def _start(self, prompt: str, purpose: str) -> asyncio.Future[str | None]:
+        """Ask the reading thread for one line; the future it returns gets the line."""
+        self._asked = (purpose, prompt)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[str | None] = loop.create_future()
+        if self._requests is None:
+            self._requests = queue.SimpleQueue()
             # A daemon thread, not the default executor: a read blocked on the terminal must
             # never keep the process alive at shutdown.
-            threading.Thread(target=work, name="luna-stdin", daemon=True).start()
-            self._pending = future
-        return await asyncio.shield(self._pending)
+            args = (self._requests,)
+            threading.Thread(target=self._serve, args=args, name="luna-stdin", daemon=True).start()
+        self._requests.put((prompt, loop, future))
+        return future
+
+    def _serve(self, requests: queue.SimpleQueue[Any]) -> None:
+        """The reading thread: one line per request, in order, handed to its loop."""
+        while True:
+            prompt, loop, future = requests.get()
+            try:
+                line, error = self._read(prompt), None
+            except BaseException as e:  # noqa: BLE001 - handed to the awaiting task
+                line, error = None, e
+            with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits
+                loop.call_soon_threadsafe(_settle, future, line, error)
 
     def waiting_line(self) -> str | None:
         """The prompt and what was typed so far while a read waits for Enter, else None."""

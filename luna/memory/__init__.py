@@ -198,8 +198,12 @@ class Memory:
         self.vector_enabled = False
         self.vector_error = str(exc)
 
-    def _vectors_changed(self, exc: MemoryStoreError) -> None:
+    def _vectors_changed(self, exc: MemoryStoreError | None = None) -> None:
         """Another process re-embeds with another model: keyword-only until a restart."""
+        exc = exc or VectorModelChangedError(
+            f"the memory database's vectors are now another model's than "
+            f"{self.cfg.vector_model!r}'s (a `luna memory reindex` ran)"
+        )
         if self.vector_enabled:
             self.vector_enabled = False
             self.vector_error = str(exc)
@@ -340,13 +344,6 @@ class Memory:
         in ``query`` mean the days before its date.
         Never waits for the embedding model while it warms (see :attr:`recall_mode`).
         """
-        if self.vector_enabled and not await asyncio.to_thread(self.store.vectors_current):
-            self._vectors_changed(
-                VectorModelChangedError(
-                    f"the memory database's vectors are now another model's than "
-                    f"{self.cfg.vector_model!r}'s (a `luna memory reindex` ran)"
-                )
-            )
         return await run_recall(
             self.store,
             query,
@@ -356,6 +353,7 @@ class Memory:
             mode=self.recall_mode,
             embed=self.embed_query,
             mode_now=lambda: self.recall_mode,
+            on_model_changed=self._vectors_changed if self.vector_enabled else None,
             today=(now or dt.datetime.now(dt.UTC)).date(),
         )
 

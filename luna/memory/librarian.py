@@ -31,6 +31,7 @@ from typing import Any
 from luna.config import Config
 from luna.errors import LLMError
 from luna.llm.markup import strip_think
+from luna.memory.storage import session_log
 from luna.messages import LoggedMessage
 from luna.observe import log_event
 
@@ -182,11 +183,13 @@ class Librarian:
         self, session_id: str, prompt_tokens: int | None, context_tokens: int, overflowed: bool
     ) -> None:
         mc = self.cfg.memory
-        previous, cut = await self.memory.summary(session_id)
-        messages = await self.memory.session_messages(session_id, cut)
-        reason = self._needs_pass(len(messages), prompt_tokens, context_tokens, overflowed)
+        # After every turn: counted, not read (one query), unless a pass is due.
+        store = self.memory.store
+        previous, cut, count = await asyncio.to_thread(session_log.backlog, store, session_id)
+        reason = self._needs_pass(count, prompt_tokens, context_tokens, overflowed)
         if reason is None:
             return
+        messages = await self.memory.session_messages(session_id, cut)
         b = compaction_boundary(messages, mc.retain_messages)
         if b <= 0:
             return

@@ -1,9 +1,11 @@
-"""The REPL's line reader never hands an answer typed for one question to another."""
+"""The REPL's line reader never hands an answer typed for one question to another; it reads in
+one thread started once."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from typing import TextIO
 
 import pytest
@@ -38,15 +40,32 @@ async def test_reader_drops_a_line_typed_for_an_expired_question() -> None:
         assert await asyncio.wait_for(reader.read(""), 5) == "hello"
 
 
+async def test_reader_reads_every_line_in_one_thread_started_once() -> None:
+    read_fd, write_fd = os.pipe()
+    with os.fdopen(read_fd, "r") as stream, os.fdopen(write_fd, "w") as typist:
+        watched = _WatchedStream(stream, asyncio.get_running_loop())
+        reader = LineReader(watched, interactive=False, history_file=None)  # type: ignore[arg-type]
+        typist.write("one\ntwo\nthree\n")
+        typist.flush()
+        assert [await asyncio.wait_for(reader.read(""), 5) for _ in range(3)] == [
+            "one",
+            "two",
+            "three",
+        ]
+        assert len(set(watched.threads)) == 1  # no thread (and no wait for one) per line
+
+
 class _WatchedStream:
     """A pipe's read end that tells the test each time the reader starts reading a line."""
 
     def __init__(self, stream: TextIO, loop: asyncio.AbstractEventLoop) -> None:
         self.stream, self.loop, self.started = stream, loop, asyncio.Queue[int]()
         self.calls = 0
+        self.threads: list[threading.Thread] = []
 
     def readline(self) -> str:
         self.calls += 1
+        self.threads.append(threading.current_thread())
         self.loop.call_soon_threadsafe(self.started.put_nowait, self.calls)
         return self.stream.readline()
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from luna.errors import MemoryStoreError
-from luna.memory.embedding.embed_worker import EmbeddingProcess
+from luna.memory.embedding.embed_worker import EmbeddingProcess, WorkerDiedError
 from luna.memory.embedding.embeddings import Embedder
 from tests.luna_process import REPO
 
@@ -50,6 +50,50 @@ async def test_embed_worker_matches_in_process_vectors_and_survives_a_crash(
             await worker.encode(["after the crash"])
         again = await worker.encode(["a fresh worker takes over"])
         assert again.shape == (1, 384)
+    finally:
+        worker.shutdown()
+
+
+async def test_embed_worker_queries_take_their_own_socket_and_survive_a_crash(
+    model_cache: Path,
+) -> None:
+    """Once the model is loaded a query goes over the worker's query socket (not the pool):
+    the same vectors, the answer to a cancelled query never reaches the next one, a second
+    query while one is out takes the pool, and a killed worker is a WorkerDiedError, then a
+    fresh worker with a socket of its own."""
+    worker = EmbeddingProcess("all-MiniLM-L6-v2", 384, cache_dir=model_cache)
+    try:
+        await worker.load()
+        local = Embedder("all-MiniLM-L6-v2", 384, cache_dir=model_cache)
+        queries = worker._queries  # noqa: SLF001 - the socket under test
+        assert queries is not None and queries.is_free
+        sent = queries._number  # noqa: SLF001
+        vec = await worker.encode(["where do the tulips go"], is_query=True)
+        assert queries._number == sent + 1  # noqa: SLF001 - it went over the socket
+        assert np.allclose(vec, local.encode(["where do the tulips go"], is_query=True), atol=1e-4)
+
+        first = asyncio.create_task(worker.encode(["the first question"], is_query=True))
+        await asyncio.sleep(0)  # the first is out: the second takes the pool meanwhile
+        assert not queries.is_free
+        second = await worker.encode(["a second question"], is_query=True)
+        assert queries._number == sent + 2  # noqa: SLF001 - only the first used the socket
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        third = await worker.encode(["the third question"], is_query=True)
+        assert queries._number == sent + 3  # noqa: SLF001 - over the socket again
+        expected = local.encode(["a second question", "the third question"], is_query=True)
+        assert np.allclose(second, expected[:1], atol=1e-4)
+        assert np.allclose(third, expected[1:], atol=1e-4)  # not the cancelled first's
+
+        (pid,) = list(worker._executor()._processes)  # noqa: SLF001 - to kill it
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(WorkerDiedError, match="embedding worker process died"):
+            await worker.encode(["after the crash"], is_query=True)
+        await worker.load()
+        assert worker._queries is not None and worker._queries is not queries  # noqa: SLF001
+        again = await worker.encode(["a fresh worker takes over"], is_query=True)
+        assert again.shape == (1, 384) and worker._queries._number == 1  # noqa: SLF001
     finally:
         worker.shutdown()
 

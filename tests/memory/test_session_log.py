@@ -15,7 +15,7 @@ import pytest
 from luna.agent.prompt import INTERRUPTED_RESULT
 from luna.config import MemoryConfig
 from luna.memory import Memory
-from luna.memory.storage import db
+from luna.memory.storage import db, session_log
 from luna.memory.storage.store import MIGRATIONS, Store
 from luna.messages import Usage
 from tests.history import prompt_view
@@ -87,6 +87,9 @@ async def test_session_log_compaction_cut_hides_originals_which_stay_searchable(
     hits = await memory.recall("one", k=5)
     assert any(h.kind == "message" and h.text == "one" for h in hits)
     assert (await memory.summary(sid))[1] == ids[3]
+    backlog = session_log.backlog(memory.store, sid)  # the librarian's after-turn check
+    assert backlog == ("They said one; tools ran.", ids[3], 1)
+    assert session_log.backlog(memory.store, "never-seen") == (None, 0, 0)
 
 
 async def test_session_log_split_batch_and_lost_result_still_make_a_valid_prompt(

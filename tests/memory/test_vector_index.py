@@ -1,4 +1,5 @@
-"""The numpy mirror used for large scopes gives the same neighbours as sqlite-vec."""
+"""The numpy mirror of a scope's vectors (large scopes, and small ones within a budget) gives
+the same neighbours as sqlite-vec."""
 
 from __future__ import annotations
 
@@ -35,7 +36,10 @@ async def test_large_scope_uses_ram_index_with_same_results(
     texts = ["The boat is called Aurora.", "My sister lives in Oslo.", "I hate coriander."]
     ids = [await memory.add_memory(t) for t in texts]
     qvec = await memory.embed_query("what's my boat's name")
+    monkeypatch.setattr(store, "SMALL_SCOPE_MAX_DOCS", -1)  # sqlite-vec's answer first
+    memory.store._ram_index.clear()
     small = search.vec_scores(memory.store, qvec, "owner", 3, [])
+    assert memory.store.ram_index("owner") is None
     monkeypatch.setattr(store, "RAM_INDEX_MIN_DOCS", 1)
     memory.store._ram_index.clear()
     assert memory.store.ram_index("owner") is not None
@@ -61,6 +65,8 @@ async def test_window_docs_of_a_large_scope_score_as_in_sqlite_vec(
     ]
     assert len(docs) == len(ids)
     qvec = await memory.embed_query("what about the boat?")
+    monkeypatch.setattr(store, "SMALL_SCOPE_MAX_DOCS", -1)  # sqlite-vec's answer first
+    memory.store._ram_index.clear()
     small = search.vec_scores(memory.store, qvec, "owner", 1, docs)
     monkeypatch.setattr(store, "RAM_INDEX_MIN_DOCS", 1)
     memory.store._ram_index.clear()
@@ -75,6 +81,33 @@ async def test_window_docs_of_a_large_scope_score_as_in_sqlite_vec(
     big = search.vec_scores(memory.store, qvec, "owner", 1, docs)
     assert set(big) == set(small) == set(docs)
     assert big == pytest.approx(small, abs=1e-5)
+
+
+async def test_small_scope_is_mirrored_within_its_budget_with_sqlite_vec_results(
+    memory: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A small scope is searched in RAM too (sqlite-vec reads 1024 vector slots for any KNN),
+    with sqlite-vec's neighbours and cosines, kept in step with writes; past the budget of
+    every small mirror together it is left to sqlite-vec."""
+    texts = [f"Note {i}: the tulips on the balcony need water." for i in range(6)]
+    ids = [await memory.add_memory(t) for t in [*texts, "The boat is called Aurora."]]
+    qvec = await memory.embed_query("what is the boat called?")
+    monkeypatch.setattr(store, "SMALL_SCOPE_MAX_DOCS", -1)
+    memory.store._ram_index.clear()
+    from_sqlite_vec = search.vec_scores(memory.store, qvec, "owner", 5, [])
+    monkeypatch.undo()
+    memory.store._ram_index.clear()
+    index = memory.store.ram_index("owner")
+    assert index is not None and len(index) == len(ids) and index.basis is None
+    in_ram = search.vec_scores(memory.store, qvec, "owner", 5, [])
+    assert list(in_ram) == list(from_sqlite_vec)
+    assert in_ram == pytest.approx(from_sqlite_vec, abs=1e-5)
+    await memory.forget(ids[-1])
+    assert len(index) == len(ids) - 1 and memory.store.ram_index("owner") is index
+    budget = (len(ids) - 2) * 4 * 384  # one vector short of the scope's mirror
+    monkeypatch.setattr(store, "SMALL_MIRRORS_MAX_BYTES", budget)
+    memory.store._ram_index.clear()
+    assert memory.store.ram_index("owner") is None  # sqlite-vec, as for any scope before
 
 
 def _unit(rows: np.ndarray) -> np.ndarray:

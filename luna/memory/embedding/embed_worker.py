@@ -4,8 +4,9 @@ Why: in a thread, tokenization and pooling hold the GIL and the model spreads ov
 core, so on a small box the event loop waits tens of milliseconds behind it. In a child process
 it shares no GIL with the loop. Bulk work (ingest, the indexer, the model's load and export)
 runs on two threads at a lower CPU priority (nice 10: the kernel lets the loop run first); a
-turn's query vector is computed on the worker's main thread at normal priority, so a busy box
-does not make the turn wait for it.
+turn's query vector is computed at normal priority, so a busy box does not make the turn wait
+for it, and once the model is loaded it travels over the worker's own query socket
+(:mod:`luna.memory.embedding.query_channel`), not through the pool's helper threads.
 
 Invariants:
 - One worker process per (model, dim, backend), shared by every Memory in this process and
@@ -15,8 +16,9 @@ Invariants:
   never waits: see ``luna.memory``).
 - With the model's export in the cache, the worker imports neither torch nor
   sentence-transformers (it reports ``torch_loaded`` in its :class:`LoadInfo`).
-- A worker that dies is reported as :class:`WorkerDiedError` (a MemoryStoreError); the next call
-  starts a fresh worker, and Memory restarts it in the background (keyword-only meanwhile).
+- A worker that dies is reported as :class:`WorkerDiedError` (a MemoryStoreError), by the pool
+  or by the query socket; the next call starts a fresh worker (with a socket of its own), and
+  Memory restarts it in the background (keyword-only meanwhile).
 - The worker exits by itself within a second when Luna's process is gone (even on kill -9).
 - The worker ignores SIGINT: Ctrl-C in the terminal reaches Luna's process only.
 - A shutdown that waits gives the worker ``SHUTDOWN_TIMEOUT`` (1 s), then terminates it.
@@ -46,6 +48,9 @@ from luna.memory.embedding.embeddings import (
     LoadInfo,
     PerModel,
 )
+from luna.memory.embedding.query_channel import QueryChannel, WorkerDiedError, serve
+
+__all__ = ["EmbeddingProcess", "WorkerDiedError"]
 
 WORKER_NICE = 10
 PARENT_CHECK_S = 0.5
@@ -58,10 +63,6 @@ BULK_THREADS = 2  # ONNX Runtime runs one thread per call; bulk work splits over
 
 _worker_embedder: Embedder | None = None
 _bulk: ThreadPoolExecutor | None = None
-
-
-class WorkerDiedError(MemoryStoreError):
-    """The embedding process died (killed, out of memory); a new one can be started."""
 
 
 def exit_with_parent(parent_pid: int) -> None:
@@ -110,7 +111,12 @@ def _submit_without_sigint(pool: ProcessPoolExecutor, fn: Any, *args: Any) -> An
 
 
 def _init_worker(
-    model_name: str, dim: int, backend: str, cache_dir: Path | None, parent_pid: int
+    model_name: str,
+    dim: int,
+    backend: str,
+    cache_dir: Path | None,
+    parent_pid: int,
+    queries: Any = None,
 ) -> None:
     global _worker_embedder, _bulk
     # Ctrl-C is for Luna's process, which cancels a turn; the worker (and the export it may
@@ -123,6 +129,13 @@ def _init_worker(
         BULK_THREADS, thread_name_prefix="embed-bulk", initializer=_lower_priority
     )
     _worker_embedder = Embedder(model_name, dim, backend, cache_dir)
+    if queries is not None:  # this thread's priority (normal): queries are a turn's
+        threading.Thread(
+            target=serve,
+            args=(queries, lambda texts: _encode(texts, True)),
+            name="embed-query",
+            daemon=True,
+        ).start()
 
 
 def _embedder() -> tuple[Embedder, ThreadPoolExecutor]:
@@ -183,6 +196,7 @@ class EmbeddingProcess:
         self.cache_dir = cache_dir
         self.info: LoadInfo | None = None  # set when the model has loaded in the worker
         self._pool: ProcessPoolExecutor | None = None
+        self._queries: QueryChannel | None = None  # the current pool's worker's query socket
         self._started: weakref.WeakSet[ProcessPoolExecutor] = weakref.WeakSet()
         self._lock = threading.Lock()
 
@@ -194,6 +208,7 @@ class EmbeddingProcess:
     def _executor(self) -> ProcessPoolExecutor:
         with self._lock:
             if self._pool is None:
+                self._queries = QueryChannel()
                 self._pool = ProcessPoolExecutor(
                     max_workers=1,
                     mp_context=multiprocessing.get_context("spawn"),
@@ -204,6 +219,7 @@ class EmbeddingProcess:
                         self.backend,
                         self.cache_dir,
                         os.getpid(),
+                        self._queries.worker_end,
                     ),
                 )
             return self._pool
@@ -216,6 +232,8 @@ class EmbeddingProcess:
             else:  # the first submit starts the process (fork + exec): not on the event loop
                 future = await asyncio.to_thread(_submit_without_sigint, pool, fn, *args)
                 self._started.add(pool)
+                if self._pool is pool and self._queries is not None:
+                    self._queries.worker_started()  # the worker holds its end now
             return await asyncio.wrap_future(future)
         except BrokenProcessPool as exc:
             self._discard(pool)
@@ -228,6 +246,9 @@ class EmbeddingProcess:
                 return
             self._pool = None
             self.info = None
+            queries, self._queries = self._queries, None
+        if queries is not None:
+            queries.close()
         broken.shutdown(wait=False, cancel_futures=True)
 
     async def load(self) -> LoadInfo:
@@ -237,6 +258,14 @@ class EmbeddingProcess:
         return info
 
     async def encode(self, texts: list[str], *, is_query: bool = False) -> Any:
+        queries, pool = self._queries, self._pool
+        if is_query and self.is_ready and queries is not None and queries.is_free:
+            try:
+                return await queries.encode(texts)
+            except WorkerDiedError:
+                if pool is not None:
+                    self._discard(pool)
+                raise
         vecs = await self._call(_encode, texts, is_query)
         if self.info is None:  # loaded by this first call: learn how (a cheap second call)
             self.info = await self._call(_load)
@@ -247,6 +276,9 @@ class EmbeddingProcess:
         with self._lock:
             pool, self._pool = self._pool, None
             self.info = None
+            queries, self._queries = self._queries, None
+        if queries is not None:
+            queries.close()
         if pool is None:
             return
         workers = list((pool._processes or {}).values())  # noqa: SLF001 - to bound the wait

@@ -1,13 +1,19 @@
 """One recall, as the Memory facade runs it: the keyword half runs while the query is embedded.
 
 Invariants:
-- The query vector is computed in the embedding process (``embed``) while the keyword half
+- The query vector is asked for first, before any database work: it is the longest step and
+  needs no database (a turn's own durable commit holds the store's lock meanwhile). It is
+  computed in the embedding process (``embed``) while the keyword half
   (:func:`luna.memory.recall.search.keyword_hits`) runs in a worker thread; then the vector half
   and the fusion (:func:`luna.memory.recall.search.hybrid_search`) run in a worker thread too.
   Nothing blocking runs on the event loop.
 - ``mode`` is decided by the caller before anything runs (``fts_warming`` or ``fts``: no vector
   is asked for, nothing waits for the model); a vector that fails to come back turns the recall
   keyword-only and the logged mode says what actually served it.
+- With ``on_model_changed``, the keyword half's thread also checks that the stored vectors are
+  still the model's this process embeds with (``Store.vectors_current``); when they are not,
+  ``on_model_changed`` is called, the query vector is dropped unused and the recall is
+  keyword-only: a search never mixes two models.
 - One ``memory_op`` ``recall`` event per recall: mode, duration, the embedding's share, count.
 """
 
@@ -36,10 +42,14 @@ async def _timed(embed: Callable[[str], Awaitable[bytes | None]], text: str) -> 
     return vec, t.ms
 
 
-def _keywords(store: Store, query: str, scope: str, k: int, today: dt.date) -> KeywordHits:
-    return keyword_hits(
-        store, query, scope=scope, k=k, plan=plan_query(query, store.speakers(scope), today)
-    )
+def _keywords(
+    store: Store, query: str, scope: str, k: int, today: dt.date, check_model: bool
+) -> tuple[KeywordHits, bool]:
+    """The keyword half, and whether the stored vectors are still this process's model's
+    (True when not asked to check)."""
+    current = store.vectors_current() if check_model else True
+    plan = plan_query(query, store.speakers(scope), today)
+    return keyword_hits(store, query, scope=scope, k=k, plan=plan), current
 
 
 def _fused(
@@ -71,6 +81,7 @@ async def run_recall(
     embed: Callable[[str], Awaitable[bytes | None]],
     mode_now: Callable[[], str],
     today: dt.date,
+    on_model_changed: Callable[[], None] | None = None,
 ) -> list[RecallItem]:
     """The ``k`` best items for ``query`` (see :meth:`luna.memory.Memory.recall`); ``today``
     resolves the query's relative dates."""
@@ -83,9 +94,22 @@ async def run_recall(
         text = plan_query(query, store.speakers_seen(scope), today).text
         embedding = asyncio.create_task(_timed(embed, text)) if mode == "hybrid" else None
         try:
-            keywords = await asyncio.to_thread(
-                store.checked, _keywords, store, query, scope, k, today
+            keywords, current = await asyncio.to_thread(
+                store.checked,
+                _keywords,
+                store,
+                query,
+                scope,
+                k,
+                today,
+                on_model_changed is not None,
             )
+            if not current and on_model_changed is not None:
+                on_model_changed()  # another model's vectors now: keyword-only
+                mode = mode_now()
+                if embedding is not None:
+                    embedding.cancel()
+                    embedding = None
             if embedding is not None and keywords.plan.text != text:
                 embedding.cancel()
                 text = keywords.plan.text

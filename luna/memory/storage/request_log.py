@@ -53,9 +53,22 @@ SCHEMA = [
 ]
 
 
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
 def _canonical(value: Any) -> str:
-    # clean_value: a lone surrogate in a reply cannot be stored as UTF-8 (as in the session log)
-    return json.dumps(clean_value(value), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    """``value`` as canonical JSON, valid UTF-8: a lone surrogate (a broken reply) is stored as
+    U+FFFD, as in the session log. Only a text that has one is walked by ``clean_value``: the
+    JSON of everything else is the same either way, and the walk was most of a record's time
+    (the tool list alone is hundreds of strings, in every request)."""
+    text = _dumps(value)
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = _dumps(clean_value(value))
+    return text
 
 
 def _digest(text: str) -> str:

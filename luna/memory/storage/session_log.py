@@ -167,6 +167,16 @@ def summary(store: Store, session_id: str) -> tuple[str | None, int]:
     return (rows[0][0], int(rows[0][1])) if rows else (None, 0)
 
 
+def backlog(store: Store, session_id: str) -> tuple[str | None, int, int]:
+    """(summary or None, the id of the last message it covers or 0, how many messages follow
+    it): what the librarian weighs after every turn, without reading the messages."""
+    text, cut = summary(store, session_id)
+    rows = store.query(
+        "SELECT count(*) FROM messages WHERE session_id = ? AND id > ?", (session_id, cut)
+    )
+    return text, cut, int(rows[0][0])
+
+
 def messages_after(store: Store, session_id: str, after_id: int) -> list[LoggedMessage]:
     """The session's messages with an id above ``after_id``, oldest first, as stored."""
     rows = store.query(

@@ -48,7 +48,12 @@ import numpy as np
 from luna.errors import DatabaseBusyError, MemoryStoreError
 from luna.memory.storage import db
 from luna.memory.storage.migrations import MIGRATIONS, Migration
-from luna.memory.storage.vector_index import RAM_INDEX_MIN_DOCS, VectorIndex
+from luna.memory.storage.vector_index import (
+    RAM_INDEX_MIN_DOCS,
+    SMALL_MIRRORS_MAX_BYTES,
+    SMALL_SCOPE_MAX_DOCS,
+    VectorIndex,
+)
 from luna.memory.storage.vector_model import VectorModel, VectorModelChangedError
 from luna.observe import log_event
 
@@ -388,7 +393,9 @@ class Store(VectorModel):
         return prev, (int(row[0]) if row else None)
 
     def ram_index(self, scope: str) -> VectorIndex | None:
-        """The numpy mirror of a large scope's vectors (None for small scopes)."""
+        """The numpy mirror of a scope's vectors: a large scope's, and a small one's while the
+        small mirrors fit their budget (:mod:`luna.memory.storage.vector_index`); None: the
+        scope is searched with sqlite-vec."""
         with self.lock:
             self._see_other_writers()
             if scope not in self._ram_index:
@@ -396,8 +403,8 @@ class Store(VectorModel):
                     "SELECT count(*) FROM docs WHERE scope = ? AND embedded = 1", (scope,)
                 ).fetchone()[0]
                 index = None
-                if n >= RAM_INDEX_MIN_DOCS and self.dim is not None:
-                    index = VectorIndex(self.dim)
+                if self.dim is not None and (n >= RAM_INDEX_MIN_DOCS or self._small_fits(n)):
+                    index = VectorIndex(self.dim, capacity=n + 64)
                     for doc_id, blob in self.conn.execute(
                         "SELECT rowid, embedding FROM docs_vec WHERE scope = ?", (scope,)
                     ):
@@ -411,6 +418,14 @@ class Store(VectorModel):
                     )
                 self._ram_index[scope] = index
             return self._ram_index[scope]
+
+    def _small_fits(self, n: int) -> bool:
+        """A scope of ``n`` docs is small and its mirror fits in the budget beside every mirror
+        held (a large scope's counts too: it is rare, and then RAM is spent already)."""
+        if n > SMALL_SCOPE_MAX_DOCS or self.dim is None:
+            return False
+        held = sum(len(i) for i in self._ram_index.values() if i is not None)
+        return (held + n) * 4 * self.dim <= SMALL_MIRRORS_MAX_BYTES
 
     def _refresh_mixed(self, conn: db.Connection, doc_id: int) -> None:
         row = conn.execute(

@@ -1,8 +1,14 @@
-"""An in-RAM copy of a large scope's vectors, searched through a PCA sketch with numpy.
+"""An in-RAM copy of a scope's vectors, searched with numpy (a large one through a PCA sketch).
 
 sqlite-vec stays the storage of record and serves KNN for ordinary stores; past
 ``RAM_INDEX_MIN_DOCS`` embedded docs in one scope its scan (~45 ms at 100k × 384 here) is
-slower than numpy, so the store keeps this mirror.
+slower than numpy, so the store keeps this mirror. A small scope (at most
+``SMALL_SCOPE_MAX_DOCS`` docs) is mirrored too, as long as every small mirror together stays
+within ``SMALL_MIRRORS_MAX_BYTES`` (checked when a mirror is built; past the budget a small
+scope is searched with sqlite-vec, as before): sqlite-vec reads a whole chunk of 1024 vector
+slots for any KNN, so even a scope of 60 docs cost 0.3-0.5 ms per search, twice per recall
+(the feedback pass), where a scan of its vectors in RAM takes microseconds. Same neighbours,
+same cosines (to float rounding).
 
 Invariants:
 - Built from ``docs_vec`` on first use; kept in step by the store on every vector write and
@@ -45,6 +51,8 @@ from luna.memory.storage import graph_index
 log = logging.getLogger(__name__)
 
 RAM_INDEX_MIN_DOCS = 20_000
+SMALL_SCOPE_MAX_DOCS = 4096  # a scope this small is mirrored too (within the budget below)
+SMALL_MIRRORS_MAX_BYTES = 16 * 1024 * 1024  # of vectors in every small mirror together
 SKETCH_DIM = 96  # principal directions kept: a quarter of MiniLM's 384
 SKETCH_CANDIDATES = 1000  # the fewest docs scored exactly after the sketch's scan
 SKETCH_OVERFETCH = 10  # ... or this many per doc asked for
@@ -110,11 +118,12 @@ class Candidates:
 class VectorIndex:
     """Doc ids and their vectors for one scope, growable, with tombstones for deletes."""
 
-    def __init__(self, dim: int) -> None:
+    def __init__(self, dim: int, capacity: int = 1024) -> None:
         _limit_blas_threads()
         self.dim = dim
-        self.ids = np.full(1024, -1, dtype=np.int64)
-        self.mat = np.zeros((1024, dim), dtype=np.float32)
+        capacity = max(1, capacity)  # rows held before the arrays double
+        self.ids = np.full(capacity, -1, dtype=np.int64)
+        self.mat = np.zeros((capacity, dim), dtype=np.float32)
         self.pos: dict[int, int] = {}
         self.n = 0
         self.basis: np.ndarray | None = None  # dim × SKETCH_DIM, once fitted
