@@ -51,11 +51,19 @@ def test_relative_dates_resolve_against_today(text: str, window: tuple[str, str]
         "Where did Caroline move from 4 years ago?",  # years ago: beyond any chat history
         "what is the date",
         "",
+        "on 1 January, 0001",  # the window would start before the calendar does
+        "9999-12-31",
+        "in December 9999",
     ],
 )
 def test_words_that_are_not_dates_stay_words(text: str) -> None:
     assert date_windows(text, TODAY) == ([], [])
     assert plan_query(text, [], TODAY).windows == []
+
+
+def test_a_window_past_the_calendars_ends_is_left_out() -> None:
+    assert date_windows("last year, 999 days ago", dt.date(1, 2, 1)) == ([], [])
+    assert date_windows("999 months ago", TODAY)[0] == [("1944-10-12", "1944-12-20")]
 
 
 def test_an_explicit_date_anchors_the_question_instead_of_today() -> None:

@@ -37,6 +37,10 @@ HOSTILE = [
     " ".join(["bicycle"] * 300),
     "the of and",
     "...!!!,,,;;;",
+    "bicycle on 1 January, 0001",  # dates whose windows would leave the calendar
+    "bicycle 9999-12-31 yesterday",
+    "bicycle in December 9999",
+    "bicycle 999 months ago, last Friday, in May",
 ]
 
 

@@ -152,26 +152,37 @@ def date_windows(text: str, today: dt.date | None = None) -> tuple[list[Window],
     """
     spans: list[Span] = []
     windows: list[Window] = []
+    # Every explicit date, resolved or not, and every relative one: a relative expression never
+    # re-reads a piece of them ("December" of "in December 9999" is not this December). An
+    # explicit date that fails ("31 February, 2023") is still open to a wider explicit pattern
+    # ("February, 2023").
+    claimed: list[Span] = []
 
-    def taken(m: re.Match[str]) -> bool:
-        return any(s < m.end() and m.start() < e for s, e in spans)
+    def overlaps(m: re.Match[str], taken: list[Span]) -> bool:
+        return any(s < m.end() and m.start() < e for s, e in taken)
 
     for pattern, kind in _EXPLICIT:
         for m in pattern.finditer(text):
-            if taken(m):
+            if overlaps(m, spans):
                 continue
+            claimed.append((m.start(), m.end()))
             try:
-                days = _explicit_days(kind, m)
-            except ValueError:  # "31 February, 2023": not a date
+                window = _as_window(_explicit_days(kind, m), None)
+            except (ValueError, OverflowError):  # "31 February, 2023"; "1 January 0001"
                 continue
-            windows.append(_as_window(days, None))
+            windows.append(window)
             spans.append((m.start(), m.end()))
     if today is None or windows:
         return windows, spans
     for pattern, resolve in _RELATIVE:
         for m in pattern.finditer(text):
-            if taken(m):
+            if overlaps(m, claimed):
                 continue
-            windows.append(_as_window(resolve(m, today), today))
+            claimed.append((m.start(), m.end()))
+            try:
+                window = _as_window(resolve(m, today), today)
+            except (ValueError, OverflowError):  # "last year" asked in year 1
+                continue
+            windows.append(window)
             spans.append((m.start(), m.end()))
     return windows, spans
