@@ -73,13 +73,17 @@ async def test_embed_worker_queries_take_their_own_socket_and_survive_a_crash(
         assert np.allclose(vec, local.encode(["where do the tulips go"], is_query=True), atol=1e-4)
 
         first = asyncio.create_task(worker.encode(["the first question"], is_query=True))
-        await asyncio.sleep(0)  # the first is out: the second takes the pool meanwhile
+        await asyncio.sleep(0)  # the first is out over the socket
         assert not queries.is_free
-        second = await worker.encode(["a second question"], is_query=True)
-        assert queries._number == sent + 2  # noqa: SLF001 - only the first used the socket
+        pooled = asyncio.create_task(worker.encode(["a second question"], is_query=True))
+        await asyncio.sleep(0)  # it found the socket busy: the pool takes it
+        # Cancelled a loop turn after it was sent: an encode takes the worker milliseconds,
+        # so its answer is still to come (and must not reach the third caller).
         first.cancel()
         with pytest.raises(asyncio.CancelledError):
             await first
+        second = await pooled
+        assert queries._number == sent + 2  # noqa: SLF001 - only the first used the socket
         third = await worker.encode(["the third question"], is_query=True)
         assert queries._number == sent + 3  # noqa: SLF001 - over the socket again
         expected = local.encode(["a second question", "the third question"], is_query=True)
