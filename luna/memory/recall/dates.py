@@ -22,6 +22,7 @@ import calendar
 import datetime as dt
 import re
 from collections.abc import Callable
+from typing import Any
 
 _MONTHS = {m.lower(): i for i, m in enumerate(calendar.month_name) if m}
 _MONTHS.update({m.lower(): i for i, m in enumerate(calendar.month_abbr) if m})
@@ -158,31 +159,27 @@ def date_windows(text: str, today: dt.date | None = None) -> tuple[list[Window],
     # ("February, 2023").
     claimed: list[Span] = []
 
-    def overlaps(m: re.Match[str], taken: list[Span]) -> bool:
-        return any(s < m.end() and m.start() < e for s, e in taken)
+    def read(
+        patterns: list[tuple[re.Pattern[str], Any]],
+        blocked: list[Span],
+        days_of: Callable[[Any, re.Match[str]], Days],
+        cap: dt.date | None,
+    ) -> None:
+        """Each match of ``patterns`` not overlapping ``blocked`` becomes a window (capped at
+        ``cap``, the day asked), or stays words when it is no date."""
+        for pattern, how in patterns:
+            for m in pattern.finditer(text):
+                if any(s < m.end() and m.start() < e for s, e in blocked):
+                    continue
+                claimed.append((m.start(), m.end()))
+                try:
+                    window = _as_window(days_of(how, m), cap)
+                except (ValueError, OverflowError):  # "31 February, 2023"; "1 January 0001"
+                    continue
+                windows.append(window)
+                spans.append((m.start(), m.end()))
 
-    for pattern, kind in _EXPLICIT:
-        for m in pattern.finditer(text):
-            if overlaps(m, spans):
-                continue
-            claimed.append((m.start(), m.end()))
-            try:
-                window = _as_window(_explicit_days(kind, m), None)
-            except (ValueError, OverflowError):  # "31 February, 2023"; "1 January 0001"
-                continue
-            windows.append(window)
-            spans.append((m.start(), m.end()))
-    if today is None or windows:
-        return windows, spans
-    for pattern, resolve in _RELATIVE:
-        for m in pattern.finditer(text):
-            if overlaps(m, claimed):
-                continue
-            claimed.append((m.start(), m.end()))
-            try:
-                window = _as_window(resolve(m, today), today)
-            except (ValueError, OverflowError):  # "last year" asked in year 1
-                continue
-            windows.append(window)
-            spans.append((m.start(), m.end()))
+    read(_EXPLICIT, spans, _explicit_days, None)
+    if today is not None and not windows:
+        read(_RELATIVE, claimed, lambda resolve, m: resolve(m, today), today)
     return windows, spans

@@ -101,13 +101,12 @@ def _episode(doc_id: int, d: dict[str, Any]) -> tuple[str, ...]:
 
 def with_episodes(scored: dict[int, float], details: Details) -> dict[int, float]:
     """Each score plus ``EPISODE_BOOST`` × the best score of its episode's candidates."""
+    episode = {doc_id: _episode(doc_id, details[doc_id]) for doc_id in scored}
     best: dict[tuple[str, ...], float] = {}
     for doc_id, score in scored.items():
-        key = _episode(doc_id, details[doc_id])
-        best[key] = max(best.get(key, score), score)
+        best[episode[doc_id]] = max(best.get(episode[doc_id], score), score)
     return {
-        doc_id: score + EPISODE_BOOST * best[_episode(doc_id, details[doc_id])]
-        for doc_id, score in scored.items()
+        doc_id: score + EPISODE_BOOST * best[episode[doc_id]] for doc_id, score in scored.items()
     }
 
 
