@@ -166,6 +166,24 @@ class ToolResult:
 Approver = Callable[[str, dict[str, Any]], Awaitable[bool]]
 
 
+AttachmentKind = Literal["image", "document", "audio", "other"]
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """A file that came with a message, kept in the data folder under its content hash.
+
+    ``mime`` is sniffed from the bytes, never taken from the name or the sender's claim;
+    ``name`` is for display only and never used as a path.
+    """
+
+    kind: AttachmentKind
+    mime: str
+    name: str
+    size: int  # bytes
+    sha256: str  # the stored reference (hex digest of the bytes)
+
+
 @dataclass(frozen=True)
 class InboundMessage:
     """A message a front-end hands to the agent."""
@@ -181,6 +199,7 @@ class InboundMessage:
     # Where an answer given later (a scheduled task's result) goes back to, in the front-end's
     # own terms: Discord {"channel_id", "user_id", "is_dm"}; None where nothing is needed.
     address: dict[str, Any] | None = None
+    attachments: tuple[Attachment, ...] = ()
 
 
 # ---- events a turn emits while it runs -------------------------------------------------
