@@ -126,6 +126,12 @@ async def build_components(
             "warning: sqlite-vec did not load; memory search is keyword-only (see `luna doctor`)",
             file=sys.stderr,
         )
+    elif (state := await memory.encoder.prepared_state()) and not state.is_ready:
+        from luna.memory.embedding.prepared import not_ready_line
+
+        print(not_ready_line(state), file=sys.stderr)  # the export runs on after this run
+        where = str(state.places.export_dir)
+        observe.log_event("memory_op", op="model_not_ready", export_dir=where)
     router, banner, embedded = await _pick_llm(cfg, args, stack)
     llm = router.view("chat")
     if not registry.sandbox.ok:  # fails closed either way; say so now, not at the first bash
@@ -188,10 +194,11 @@ async def run_app(cfg: Config, args: argparse.Namespace, mode: str = "auto") -> 
     """Run Luna until EOF, /quit, SIGTERM or SIGINT."""
     names = frontends.chosen(cfg, mode)
     frontends.check(names, cfg, mode)
-    if "repl" in names and sys.stdin.isatty():
-        from luna.memory.embedding.model_cache import QUIET_STEPS_ENV
+    from luna.memory.embedding.model_cache import QUIET_STEPS_ENV
 
-        os.environ[QUIET_STEPS_ENV] = "1"  # inherited by the embedding process spawned below
+    # Luna never waits for the embedding model's export: its steps go to the log only (and
+    # build_components says once that it is under way). Inherited by the embedding process.
+    os.environ[QUIET_STEPS_ENV] = "1"
     instance = InstanceLock(cfg.data_dir)  # one Luna per data folder (luna.datafolder)
     await asyncio.to_thread(instance.acquire, "+".join(names))
     try:

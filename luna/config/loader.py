@@ -8,6 +8,10 @@ Invariants:
   config file that sets one is refused with a message saying which variable to set instead.
 - Relative paths resolve against the folder of the config file (or the current folder when
   there is none), so ``data/luna.db`` means the same thing wherever Luna is started from.
+- ``memory.model_cache`` left unset is the machine's cache of prepared embedding models,
+  ``$LUNA_CACHE_DIR/luna``, ``$XDG_CACHE_HOME/luna`` or ``$HOME/.cache/luna`` (the root
+  ``.ci/llama_server.py`` and ``.ci/install`` use) plus ``embedding-models``; with none of these
+  variables set, None (each data folder keeps its own).
 - Every validation error becomes one ConfigError line naming the key path, what is allowed
   (the range, for numbers) and, for unknown names, the closest known one. Secret values are
   never echoed.
@@ -126,6 +130,21 @@ def _describe(error: ErrorDetails, env_sources: dict[str, str]) -> str:
     return f"{where} must be {_type_name(tp)}, got {shown}"
 
 
+MODEL_CACHE_FOLDER = "embedding-models"
+
+
+def machine_model_cache(env: dict[str, str]) -> Path | None:
+    """The machine-wide folder of prepared embedding models (see the module docstring)."""
+    base = env.get("LUNA_CACHE_DIR") or env.get("XDG_CACHE_HOME")
+    if base:
+        root = Path(base) / "luna"
+    elif env.get("HOME"):
+        root = Path(env["HOME"]) / ".cache" / "luna"
+    else:
+        return None
+    return root.expanduser() / MODEL_CACHE_FOLDER
+
+
 def default_config_path(env: dict[str, str] | None = None) -> Path:
     """LUNA_CONFIG if set, else ./config.toml."""
     env = dict(os.environ) if env is None else env
@@ -205,6 +224,9 @@ def build_config(
     sections = {name: _absolute_paths(getattr(cfg, name), base_dir) for name in SECTIONS}
     sections["llm"] = _server_keys(sections["llm"], env)
     memory = sections["memory"]
+    if memory.model_cache is None:
+        memory = memory.model_copy(update={"model_cache": machine_model_cache(env)})
+        sections["memory"] = memory
     if memory.embedding_endpoint_key_env:
         key = env.get(memory.embedding_endpoint_key_env, "")
         sections["memory"] = memory.model_copy(update={"embedding_endpoint_key": key})

@@ -89,6 +89,8 @@ class LLMConfig(Section):
     retry_backoff: Annotated[float, Field(ge=0, le=60)] = 1.0
     temperature: Annotated[float, Field(ge=0, le=2)] = 0.7
     max_tokens: Annotated[int, Field(ge=1, le=1_000_000)] = 4096
+    # Texts that end a reply where they appear (sent as the request's "stop"); empty: none.
+    stop: list[str] = Field(default_factory=list)
     context_tokens: Annotated[int, Field(ge=256, le=10_000_000)] = 131072
     history_reasoning: Literal["keep", "turn", "drop"] = "keep"
     pin_slots: bool = True
@@ -121,6 +123,10 @@ class MemoryConfig(Section):
     embedding_dim: Annotated[int, Field(ge=8, le=8192)] = 384
     embedding_process: bool = True
     embedding_backend: Literal["onnx", "torch"] = "onnx"
+    # The folder of prepared (ONNX-exported) embedding models shared by every data folder on
+    # this machine; the loader fills it in (luna.config.loader.machine_model_cache). None: each
+    # data folder keeps its own, in <data>/models.
+    model_cache: Path | None = None
     # An OpenAI-compatible server's base URL (".../v1"; it is sent POST /embeddings); empty:
     # the in-process model above. See luna.memory.embedding.endpoint.
     embedding_endpoint: str = ""

@@ -94,11 +94,13 @@ async def check_config(cfg: Config) -> list[CheckResult]:
 def _encode_probe(cfg: Config) -> tuple[str, bool]:
     """(what loaded, whether it is the configured backend): the way Luna's worker loads it."""
     from luna.memory.embedding.embeddings import Embedder
-    from luna.memory.embedding.model_cache import cache_dir_for
+    from luna.memory.embedding.prepared import places
 
     m = cfg.memory
-    cache = cache_dir_for(m.db_path)
-    emb = Embedder(m.embedding_model, m.embedding_dim, m.embedding_backend, cache)
+    where = places(m)
+    emb = Embedder(
+        m.embedding_model, m.embedding_dim, m.embedding_backend, where.export_dir, where.legacy_dir
+    )
     vecs = emb.encode(["Luna doctor embedding probe"])
     if tuple(vecs.shape) != (1, m.embedding_dim):
         raise ValueError(f"vector shape {tuple(vecs.shape)}, wanted (1, {emb.dim})")

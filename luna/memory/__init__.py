@@ -11,10 +11,11 @@ Invariants:
   from a tracked background indexer (FTS finds the message at once). Docs left without
   a vector (crash, FTS-only period) are embedded on the next open.
 - ``open()`` (with ``background``, as the running app does) starts loading the embedding model
-  in the background and returns. No turn waits for it: until it is ready, :meth:`recall` runs
-  keyword-only for that turn (mode ``fts_warming``) and the turn's messages are embedded when it
-  is. Each recall logs the mode that served it (``hybrid``, ``fts_warming``, ``fts``), and
-  ``luna doctor`` reports the recent ones. One-shot commands (``background=False``) wait for
+  in the background and returns. No turn waits for its export: until it is ready, :meth:`recall`
+  runs keyword-only (mode ``fts_warming``; a prepared model's load is waited for at the first
+  recall, briefly: ``Encoder.settle``) and the turn's messages are embedded when it is. Each
+  recall logs the mode that served it (``hybrid``, ``fts_warming``, ``fts``), and ``luna
+  doctor`` reports the recent ones. One-shot commands (``background=False``) wait for
   the model instead.
 - FTS-only operation (sqlite-vec missing or the embedding model failing) is logged as a
   warning at start-up, in ``vector_enabled``/``vector_error`` and by ``luna doctor``; it is
@@ -342,8 +343,10 @@ class Memory:
         With ``session_id``, that session's messages still in the prompt view are left out.
         ``now`` (default: the UTC clock) is when the question is asked: "yesterday" or "in May"
         in ``query`` mean the days before its date.
-        Never waits for the embedding model while it warms (see :attr:`recall_mode`).
+        Never waits for the embedding model while it warms (see :attr:`recall_mode`), but for a
+        prepared model's load at a process's first recall (``Encoder.settle``).
         """
+        await self.encoder.settle()
         return await run_recall(
             self.store,
             query,

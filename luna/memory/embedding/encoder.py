@@ -6,10 +6,14 @@ quarter of a second (the cached ONNX export) to several seconds (the first expor
 
 Invariants:
 - :meth:`Encoder.start_warming` starts one tracked load task and returns at once; its outcome is
-  logged (``memory_op`` ``embedder_ready`` or ``embedder_failed``).
+  logged (``memory_op`` ``embedder_ready`` or ``embedder_failed``). Beside it, a look at whether
+  the model is prepared on disk (:mod:`luna.memory.embedding.prepared`: milliseconds).
 - ``is_ready`` is True only once the model has loaded: a call then costs one encode. Recall
-  checks it instead of waiting (see ``luna.memory``); ingest, the indexer and one-shot commands
-  call :meth:`encode`, which waits for the load.
+  checks it instead of waiting (see ``luna.memory``), with one exception, :meth:`settle`: the
+  first recall of a process whose model is prepared waits for its load, up to
+  ``PREPARED_LOAD_WAIT_S`` (a second or so), so a one-message run is not keyword-only. A model
+  not prepared yet (its export takes a minute) is never waited for. Ingest, the indexer and
+  one-shot commands call :meth:`encode`, which waits for the load.
 - A worker process that dies is restarted in the background, up to ``MAX_RESTARTS`` times per
   process; every other failure is final (``MemoryStoreError`` to the caller, who runs
   keyword-only and says so).
@@ -28,13 +32,14 @@ from luna.config import MemoryConfig
 from luna.errors import MemoryStoreError
 from luna.memory.embedding.embed_worker import EmbeddingProcess, WorkerDiedError
 from luna.memory.embedding.embeddings import Embedder, LoadInfo
-from luna.memory.embedding.model_cache import cache_dir_for
 from luna.memory.embedding.models import text_prefixes, with_prefix
+from luna.memory.embedding.prepared import PreparedState, find_state, places, uses_local_model
 from luna.observe import log_event
 
 log = logging.getLogger(__name__)
 
 MAX_RESTARTS = 3
+PREPARED_LOAD_WAIT_S = 3.0  # a prepared model loads in about a second (process start included)
 
 
 class Encoder:
@@ -43,19 +48,23 @@ class Encoder:
     is_down = False  # only an endpoint goes down and comes back (luna.memory.embedding.endpoint)
 
     def __init__(self, cfg: MemoryConfig) -> None:
-        self.cache_dir: Path = cache_dir_for(cfg.db_path)
+        where = places(cfg)
+        self.cache_dir: Path = where.export_dir
         model, dim, backend = cfg.embedding_model, cfg.embedding_dim, cfg.embedding_backend
-        self.embedder = Embedder.shared(model, dim, backend, self.cache_dir)
+        self.embedder = Embedder.shared(model, dim, backend, self.cache_dir, where.legacy_dir)
         self.process = (
-            EmbeddingProcess.shared(model, dim, backend, self.cache_dir)
+            EmbeddingProcess.shared(model, dim, backend, self.cache_dir, where.legacy_dir)
             if cfg.embedding_process
             else None
         )
         self.prefixes = text_prefixes(
             model, cfg.embedding_query_prefix, cfg.embedding_document_prefix
         )
+        self.cfg = cfg
         self.error: MemoryStoreError | None = None
         self._warming: asyncio.Task[LoadInfo | None] | None = None
+        self._looking: asyncio.Task[PreparedState] | None = None
+        self._has_settled = False
         self._restarts = 0
 
     @property
@@ -91,6 +100,30 @@ class Encoder:
         if self.is_ready or (self._warming is not None and not self._warming.done()):
             return
         self._warming = asyncio.create_task(self._warm(), name="memory-embedder-warm")
+        if self._looking is None and uses_local_model(self.cfg):
+            self._looking = asyncio.create_task(asyncio.to_thread(find_state, self.cfg))
+
+    async def prepared_state(self) -> PreparedState | None:
+        """Whether the model was prepared on disk when warming started (None: not looked,
+        or nothing to prepare: the torch backend)."""
+        if self._looking is None:
+            return None
+        try:
+            return await asyncio.shield(self._looking)
+        except (OSError, MemoryStoreError):  # the load says why, once
+            return None
+
+    async def settle(self) -> None:
+        """Before a recall: the first time, when the model is prepared and still loading, wait
+        for the load (at most ``PREPARED_LOAD_WAIT_S``); otherwise return at once."""
+        if self._has_settled or self.is_ready or self._warming is None:
+            return
+        self._has_settled = True
+        state = await self.prepared_state()
+        if state is None or not state.is_ready or self._warming.done():
+            return
+        with contextlib.suppress(TimeoutError, MemoryStoreError):
+            await asyncio.wait_for(asyncio.shield(self._warming), PREPARED_LOAD_WAIT_S)
 
     async def _warm(self) -> LoadInfo | None:
         while True:
@@ -159,6 +192,9 @@ class Encoder:
         return self.error is not None
 
     async def close(self) -> None:
+        if self._looking is not None:
+            with contextlib.suppress(OSError, MemoryStoreError):
+                await self._looking  # a few stats: not worth cancelling a thread for
         if self._warming is not None and not self._warming.done():
             self._warming.cancel()
             with contextlib.suppress(asyncio.CancelledError, MemoryStoreError):

@@ -258,6 +258,13 @@ class EndpointEncoder:
         )
         return info
 
+    async def settle(self) -> None:
+        """Nothing to settle: an endpoint is never prepared on disk (see Encoder.settle)."""
+
+    async def prepared_state(self) -> None:
+        """None: an endpoint has no prepared model (see Encoder.prepared_state)."""
+        return None
+
     async def wait_ready(self) -> bool:
         """Wait until the endpoint answers (True) or fails for good (False)."""
         self.start_warming()

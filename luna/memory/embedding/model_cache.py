@@ -181,20 +181,39 @@ def publish(tmp: Path, cache_dir: Path, key: dict[str, Any], record: str, data: 
     return final
 
 
-def _relay_steps(stream: Any, errors: list[str]) -> None:
-    """Read the exporter's stderr: its steps go to a person watching (a terminal on this
+class StepRelay:
+    """Reads the exporter's output lines: its steps go to a person watching (a terminal on this
     process's stderr: the first start takes a minute or more, and should say why), in the log
     either way; anything else is kept for the outcome's detail."""
-    is_watched = sys.stderr.isatty() and not os.environ.get(QUIET_STEPS_ENV)
-    for line in stream:
+
+    def __init__(self) -> None:
+        self.is_watched = sys.stderr.isatty() and not os.environ.get(QUIET_STEPS_ENV)
+        self.others: list[str] = []
+        self._seen = 0
+
+    def add(self, line: str) -> None:
         line = line.rstrip("\n")
         if line.startswith(STEP_PREFIX):
             step = line.removeprefix(STEP_PREFIX)
             log.info("memory: embedding model export: %s", step)
-            if is_watched:
+            if self.is_watched:
                 print(f"memory: preparing the embedding model, once: {step}", file=sys.stderr)
         elif line.strip():
-            errors.append(line)
+            self.others.append(line.strip())
+
+    def feed(self, lines: list[str]) -> None:
+        """Every line of a growing log so far: those not seen yet are added."""
+        for line in lines[self._seen :]:
+            self.add(line)
+        self._seen = max(self._seen, len(lines))
+
+    def outcome_line(self) -> str:
+        return self.others[-1] if self.others else ""
+
+
+def _relay_steps(stream: Any, relay: StepRelay) -> None:
+    for line in stream:
+        relay.add(line)
 
 
 @dataclass(frozen=True)
@@ -216,7 +235,7 @@ def run_export(cache_dir: Path, model_name: str, dim: int) -> ExportOutcome:
         str(cache_dir),
     ]
     env = {**os.environ, PARENT_ENV: str(os.getpid())}
-    errors: list[str] = []
+    relay = StepRelay()
     try:
         proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
@@ -225,7 +244,7 @@ def run_export(cache_dir: Path, model_name: str, dim: int) -> ExportOutcome:
         return ExportOutcome(False, f"the export did not start: {exc}", time.monotonic() - start)
     out: list[str] = []
     readers = [
-        threading.Thread(target=_relay_steps, args=(proc.stderr, errors), daemon=True),
+        threading.Thread(target=_relay_steps, args=(proc.stderr, relay), daemon=True),
         threading.Thread(target=lambda: out.extend(proc.stdout or ()), daemon=True),
     ]
     for reader in readers:
@@ -240,7 +259,7 @@ def run_export(cache_dir: Path, model_name: str, dim: int) -> ExportOutcome:
         reader.join(5.0)
     seconds = time.monotonic() - start
     lines = [line.strip() for line in out if line.strip()]
-    detail = lines[-1] if lines else (errors or ["no output"])[-1]
+    detail = lines[-1] if lines else (relay.outcome_line() or "no output")
     if proc.returncode not in (0, EXIT_UNSUPPORTED):
         detail = f"exit code {proc.returncode}: {detail}"
     return ExportOutcome(proc.returncode == 0, detail, seconds)

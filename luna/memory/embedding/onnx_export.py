@@ -1,9 +1,10 @@
 """Export a sentence-transformers model to ONNX, check it against torch, cache it on disk.
 
-Run as a child process: ``python -m luna.memory.embedding.onnx_export MODEL DIM CACHE_DIR``. It is
-the only place besides the torch fallback that imports torch; it exits when done, and its memory
-goes with it. The embedding process starts it when the cache has no entry for the model (see
-:mod:`luna.memory.embedding.model_cache`).
+Run as a child process: ``python -m luna.memory.embedding.onnx_export [--detached] MODEL DIM
+CACHE_DIR``. It is the only place besides the torch fallback that imports torch; it exits when
+done, and its memory goes with it. The embedding process starts it, detached, when the cache has
+no entry for the model (:mod:`luna.memory.embedding.export_job`); ``.ci/install`` and the tests
+run it in the foreground (:func:`luna.memory.embedding.model_cache.run_export`).
 
 Invariants:
 - Only the plain layout is exported: ``[Transformer, Pooling(mean | cls), (Normalize)]`` with a
@@ -14,9 +15,13 @@ Invariants:
   An export that fails that check is recorded as unsupported too.
 - Exit code 0: published; ``EXIT_UNSUPPORTED``: recorded as unsupported; anything else: nothing
   published (the next start tries again). The last stdout line says what happened.
-- The process dies with its parent (the embedding process): the kernel kills it the moment
-  the parent goes (``PR_SET_PDEATHSIG``), so a shutdown that terminates the parent mid-export
-  leaves nothing behind.
+- It holds the cache folder's export lock for this model while it runs, so two exports of it
+  never run at once; one that gets the lock after another published the entry exits 0 at once
+  (before importing torch).
+- ``--detached``: it outlives whoever started it (a short run that exits mid-export leaves it
+  to finish), at nice ``WORKER_NICE``, and SIGALRM ends it after ``EXPORT_TIMEOUT_S``.
+  Otherwise it dies with its parent: started by ``run_export``, the kernel kills it the moment
+  the parent goes (``PR_SET_PDEATHSIG``); by hand, within half a second.
 """
 
 from __future__ import annotations
@@ -32,15 +37,18 @@ from typing import Any
 
 import numpy as np
 
-from luna.memory.embedding.embed_worker import die_with_parent, exit_with_parent
+from luna.memory.embedding.embed_worker import WORKER_NICE, die_with_parent, exit_with_parent
 from luna.memory.embedding.embeddings import ONNX_BATCH_SIZE, quiet_progress_bars
+from luna.memory.embedding.export_job import holding_lock
 from luna.memory.embedding.model_cache import (
     EXIT_UNSUPPORTED,
+    EXPORT_TIMEOUT_S,
     MANIFEST,
     PARENT_ENV,
     STEP_PREFIX,
     UNSUPPORTED,
     cache_key,
+    lookup,
     new_tmp_dir,
     publish,
 )
@@ -203,22 +211,45 @@ def export(model_name: str, dim: int, cache_dir: Path) -> tuple[int, str]:
     return 0, f"exported to {where} in {manifest['export_seconds']} s (cosine {cosine:.7f})"
 
 
+def _detach() -> None:
+    """Run on after whoever started this (a session of its own: see export_job), but not
+    forever: SIGALRM ends it after EXPORT_TIMEOUT_S; and below the priority of a turn."""
+    import os
+    import signal
+
+    signal.alarm(int(EXPORT_TIMEOUT_S))
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, max(os.getpriority(os.PRIO_PROCESS, 0), WORKER_NICE))
+    except OSError:  # pragma: no cover - not allowed here: run at the priority it has
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     import os
 
     args = sys.argv[1:] if argv is None else argv
+    is_detached = args[:1] == ["--detached"]
+    args = args[1:] if is_detached else args
     if len(args) != 3:
         print(
-            "usage: python -m luna.memory.embedding.onnx_export MODEL DIM CACHE_DIR",
+            "usage: python -m luna.memory.embedding.onnx_export [--detached] MODEL DIM CACHE_DIR",
             file=sys.stderr,
         )
         return 2
     parent = os.environ.get(PARENT_ENV)
-    if parent:  # started by run_export: go the moment the embedding process does
+    if is_detached:  # started by export_job.prepare: outlives it, bounded by a timeout
+        _detach()
+    elif parent:  # started by run_export: go the moment the embedding process does
         die_with_parent(int(parent))
     else:
         threading.Thread(target=exit_with_parent, args=(os.getppid(),), daemon=True).start()
-    code, detail = export(args[0], int(args[1]), Path(args[2]))
+    model_name, dim, cache_dir = args[0], int(args[1]), Path(args[2])
+    with holding_lock(cache_dir, model_name, dim):  # one export at a time; then see what is there
+        entry = lookup(cache_dir, cache_key(model_name, dim))
+        if entry is not None:
+            print(f"already prepared by another export: {entry.path}", flush=True)
+            return 0 if entry.is_export else EXIT_UNSUPPORTED
+        code, detail = export(model_name, dim, cache_dir)
     print(detail, flush=True)
     return code
 
