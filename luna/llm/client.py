@@ -335,6 +335,8 @@ class LLMClient:
             "temperature": self.cfg.temperature if temperature is None else temperature,
             "max_tokens": self.cfg.max_tokens if max_tokens is None else max_tokens,
         }
+        if self.cfg.stop:
+            params["stop"] = list(self.cfg.stop)
         if tools:
             params["tools"] = tools
             if tool_choice is not None:

@@ -34,7 +34,20 @@ _log = logging.getLogger(__name__)
 
 MODEL_ALIAS = "gemma-3-270m"
 DEFAULT_N_CTX = 4096
-DEMO_MAX_TOKENS = 256  # the base model babbles until the context is full otherwise
+# A base model does not end its turn: it goes on with made-up turns of the conversation until
+# the context is full. Its reply ends at the first turn marker it writes (Gemma's own, and the
+# ChatML ones it also produces), at markup it copies from Luna's prompt, after two blank lines,
+# or at a role-like word starting a new line; and it is short anyway.
+DEMO_MAX_TOKENS = 96
+TURN_MARKERS = ("<end_of_turn>", "<start_of_turn>", "<|im_end|>", "<|im_start|>", "<eos>")
+COPIED_MARKUP = ("<context>", "</context>", "\n\n\n")
+ROLE_WORDS = ("user", "assistant", "administrator", "customer", "system", "human", "model", "luna")
+DEMO_STOP = [
+    *TURN_MARKERS,
+    *COPIED_MARKUP,
+    *(f"\n\n{w}" for word in ROLE_WORDS for w in (word, word.capitalize())),
+    *(f"\n{w}:" for word in ROLE_WORDS for w in (word, word.capitalize())),
+]
 
 
 def _stamp(path: Path) -> str:
@@ -102,12 +115,14 @@ class EmbeddedModel:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def llm_config(self, base: LLMConfig) -> LLMConfig:
-        """``base`` pointed at this server, with limits that suit the tiny model."""
+        """``base`` pointed at this server, with limits that suit the tiny model: a short
+        ``max_tokens`` and ``DEMO_STOP``, so its reply ends where its turn does."""
         return base.model_copy(
             update={
                 "endpoint": self.endpoint,
                 "model": MODEL_ALIAS,
                 "max_tokens": min(base.max_tokens, DEMO_MAX_TOKENS),
+                "stop": [*base.stop, *DEMO_STOP],
                 "context_tokens": self.n_ctx,
             }
         )

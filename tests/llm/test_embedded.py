@@ -18,7 +18,13 @@ import pytest_asyncio
 
 from luna.config import Config, build_config
 from luna.llm import LLMClient
-from luna.llm.embedded import MODEL_ALIAS, EmbeddedModel, endpoint_alive
+from luna.llm.embedded import (
+    DEMO_MAX_TOKENS,
+    DEMO_STOP,
+    MODEL_ALIAS,
+    EmbeddedModel,
+    endpoint_alive,
+)
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -51,7 +57,8 @@ async def embedded(embedded_cfg: Config) -> AsyncIterator[EmbeddedModel]:
 
 @pytest_asyncio.fixture(loop_scope="module")
 async def client(embedded: EmbeddedModel, embedded_cfg: Config) -> AsyncIterator[LLMClient]:
-    cfg = embedded.llm_config(embedded_cfg.llm).model_copy(update=dict(max_tokens=8))
+    # The server as is: no demo stop sequences (test_embedded_demo_reply_stops_at_its_turn).
+    cfg = embedded.llm_config(embedded_cfg.llm).model_copy(update=dict(max_tokens=8, stop=[]))
     assert cfg.endpoint == embedded.endpoint and cfg.model == MODEL_ALIAS
     c = LLMClient(cfg)
     yield c
@@ -78,6 +85,32 @@ async def test_embedded_stream_delivers_deltas(client: LLMClient) -> None:
     assert len(pieces) >= 2, pieces  # really streamed, token by token
     assert "".join(pieces).strip() == resp.content
     assert resp.finish_reason in ("length", "stop")
+
+
+async def test_embedded_demo_reply_stops_at_its_turn(
+    embedded: EmbeddedModel, embedded_cfg: Config
+) -> None:
+    """The README's first message: the base model's reply ends where its turn does (without
+    stop sequences it went on with made-up turns, "<|im_start|>customer ...", up to its
+    max_tokens). One short generation, greedy."""
+    cfg = embedded.llm_config(embedded_cfg.llm)
+    assert cfg.max_tokens == DEMO_MAX_TOKENS and cfg.stop == DEMO_STOP
+    client = LLMClient(cfg)
+    try:
+        resp = await client.chat(
+            [
+                {"role": "system", "content": "You are Luna, a personal assistant."},
+                {"role": "user", "content": "hello, who are you?"},
+            ],
+            temperature=0.0,
+        )
+    finally:
+        await client.close()
+    assert resp.finish_reason == "stop", resp  # its turn ended; not cut at max_tokens
+    assert resp.usage is not None and resp.usage.completion_tokens < DEMO_MAX_TOKENS
+    assert resp.content.strip()
+    for marker in ("<end_of_turn>", "<start_of_turn>", "<|im_start|>", "<|im_end|>", "\n\nuser"):
+        assert marker not in resp.content, resp.content
 
 
 async def test_embedded_serves_its_alias_and_context(embedded: EmbeddedModel) -> None:
