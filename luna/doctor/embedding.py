@@ -1,5 +1,10 @@
-"""``luna doctor``'s embedding endpoint check: does ``memory.embedding_endpoint`` answer, with
-which model and how many dimensions, and what to do when it does not.
+"""``luna doctor``'s checks of where embeddings come from: the prepared (ONNX-exported) model,
+where it lives and whether it is ready; and the embedding endpoint: does
+``memory.embedding_endpoint`` answer, with which model and how many dimensions, and what to do
+when it does not.
+
+The prepared-model check only looks (:func:`luna.memory.embedding.prepared.find_state`): it
+never exports. Not prepared is ⚠ (recall is keyword-only until it is; Luna prepares it).
 
 Invariants: one request through the same client Luna uses
 (:class:`luna.memory.embedding.endpoint.EndpointEncoder`, no retries, a short timeout), so the
@@ -22,6 +27,35 @@ START_HINT = (
     "MODEL.gguf --port PORT) or correct memory.embedding_endpoint; until it answers, recall "
     "is keyword-only and new messages are embedded when it is back"
 )
+
+
+PREPARE_HINT = (
+    "Luna prepares it in the background at its next start (about a minute, once per machine); "
+    "to do it now: luna memory prepare"
+)
+
+
+def prepared_model_result(cfg: Config) -> CheckResult:
+    """One line: where the prepared embedding model lives and whether it is ready."""
+    from luna.memory.embedding.prepared import find_state, uses_local_model
+
+    m = cfg.memory
+    name = "prepared embedding model"
+    if not uses_local_model(m):
+        why = "memory.embedding_endpoint is set" if m.embedding_endpoint else "backend is torch"
+        return skipped(name, f"nothing to prepare: {why}")
+    state = find_state(m)
+    if state.path is not None:
+        kind = "the machine's cache" if state.is_shared else "this data folder's own copy"
+        if state.unsupported:
+            return ok(name, f"cannot be exported ({state.unsupported}), recorded in {state.path}")
+        return ok(name, f"ready in {state.path} ({kind})")
+    if state.is_under_way:
+        where = state.places.export_dir
+        detail = f"being prepared now in {where}; recall is keyword-only until it is ready"
+        return fail(name, detail, "wait a minute; nothing to do", essential=False)
+    detail = f"not prepared: {state.places.export_dir} has none for {m.embedding_model}"
+    return fail(name, detail, PREPARE_HINT, essential=False)
 
 
 async def check_embedding_endpoint(cfg: Config) -> list[CheckResult]:

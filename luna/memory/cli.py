@@ -1,4 +1,4 @@
-"""``luna memory …`` commands: search, list, add, forget, stats, reindex, import.
+"""``luna memory …`` commands: search, list, add, forget, stats, reindex, import, prepare.
 
 Invariants:
 - Each command opens the memory database (``async with open_memory(cfg)``), does one job and
@@ -98,6 +98,9 @@ def add_parser(subparsers: Any) -> None:
 
     r = sub.add_parser("reindex", help="re-embed everything with the configured model")
     r.set_defaults(handler=reindex_cmd)
+
+    pr = sub.add_parser("prepare", help="prepare the embedding model now (once per machine)")
+    pr.set_defaults(handler=prepare_cmd)
 
     im = sub.add_parser("import", help="import memories from a JSON-lines file")
     im.add_argument("file", type=Path, help='JSONL: {"text": ..., "id"?, "created_at"?, ...}')
@@ -230,6 +233,12 @@ async def forget_cmd(args: argparse.Namespace, cfg: Config) -> int:
         found = await mem.forget(args.id)
     print(f"forgot #{args.id}" if found else f"no memory #{args.id}")
     return 0 if found else 1
+
+
+async def prepare_cmd(args: argparse.Namespace, cfg: Config) -> int:
+    from luna.memory.embedding.prepared import prepare_now
+
+    return await asyncio.to_thread(prepare_now, cfg.memory)
 
 
 async def stats_cmd(args: argparse.Namespace, cfg: Config) -> int:

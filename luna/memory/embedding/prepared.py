@@ -3,8 +3,8 @@
 The prepared model is the ONNX export of ``memory.embedding_model``
 (:mod:`luna.memory.embedding.model_cache`). It lives in the machine's model cache
 (``memory.model_cache``, by default ``~/.cache/luna/embedding-models``), shared by every data
-folder, so a new data folder never exports: ``.ci/install`` prepares it (``python -m
-luna.memory.embedding.prepared``), and a Luna that finds it missing prepares it in a detached
+folder, so a new data folder never exports: ``.ci/install`` prepares it (``luna memory
+prepare``: :func:`prepare_now`), and a Luna that finds it missing prepares it in a detached
 process (:mod:`luna.memory.embedding.export_job`) that finishes even when that Luna exits first.
 A copy an older Luna made in the data folder (``<data>/models``) is still used.
 
@@ -17,7 +17,6 @@ Invariants:
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,17 +86,11 @@ def not_ready_line(state: PreparedState) -> str:
     )
 
 
-def main() -> int:
-    """``python -m luna.memory.embedding.prepared``: prepare the configured model now (waits)."""
-    from luna.config import load_config
-    from luna.errors import ConfigError
+def prepare_now(cfg: MemoryConfig) -> int:
+    """``luna memory prepare``: prepare the configured model now, waiting for it (about a
+    minute; steps on a terminal). Exit code 0 when it is ready (or nothing is to prepare)."""
     from luna.memory.embedding.model_cache import run_export
 
-    try:
-        cfg = load_config().memory
-    except ConfigError as exc:
-        print(f"embedding model: not prepared: {exc}", file=sys.stderr)
-        return 1
     if not uses_local_model(cfg):
         print("embedding model: nothing to prepare (an endpoint or the torch backend is set)")
         return 0
@@ -105,12 +98,8 @@ def main() -> int:
     if state.is_ready:
         print(f"embedding model: ready in {state.path}")
         return 0
-    where = places(cfg).export_dir
+    where = state.places.export_dir
     print(f"embedding model: preparing {cfg.embedding_model} in {where} (about a minute)…")
     outcome = run_export(where, cfg.embedding_model, cfg.embedding_dim)
     print(f"embedding model: {outcome.detail}")
     return 0 if find_state(cfg).is_ready else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
