@@ -37,7 +37,9 @@ def test_result_of_call_joins_text_and_keeps_images_as_bytes_beside_it() -> None
     )
     shown = result_of_call(_wire(result), "echo")
     # What a text-only model reads is today's line; the bytes travel in media.
-    assert shown.content == "caption\n[image/png, 70 bytes]\nafter\n[resource file:///a.txt]\ninside"
+    assert (
+        shown.content == "caption\n[image/png, 70 bytes]\nafter\n[resource file:///a.txt]\ninside"
+    )
     assert shown.media == (ToolMedia("image", "image/png", PNG),)
     assert result_of_call(_wire(types.CallToolResult(content=[])), "echo").content == "(no output)"
 
