@@ -5,8 +5,8 @@ official Python SDK's own server (tests/mcp/servers/echo_server.py): a server ki
 call with a side effect (the side effect happens exactly once, and the model or the CLI user
 is told the call may have taken effect), an HTTP server restarted between two turns of one
 session (its session is re-opened, its head unchanged), a resource read by URI after a
-resource link (a text blob decoded), progress that outlives the call timeout, and an answer
-over the reader's limit.
+resource link (a text blob decoded), progress that outlives the call timeout and reaches the turn as
+Status lines, and an answer over the reader's limit.
 """
 
 from __future__ import annotations
@@ -25,8 +25,11 @@ from mcp_helpers import child_pids, echo_entry, wait_until
 from public_servers import SlowPage, everything_command, http_server
 from test_mcp_manager import ctx, started
 
+from luna.agent import Agent
+from luna.llm import LLMClient
 from luna.mcp import rpc
-from luna.messages import ToolCall
+from luna.memory import Memory
+from luna.messages import InboundMessage, Status, ToolCall, TurnDone
 from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.luna_process import data_env
 
@@ -104,7 +107,7 @@ def test_public_stdio_fetch_killed_mid_fetch_fetches_once_and_says_so(tmp_path: 
     assert cli.returncode == 1, err
     assert "stopped while running fetch__fetch" in out
     assert "may or may not have taken effect" in out and "did not run it again" in out
-    assert requests == 1  # the SDK client too: one request, then "Connection closed"
+    assert requests == 1
 
 
 def test_public_http_server_killed_mid_call_runs_its_side_effect_once(tmp_path: Path) -> None:
@@ -227,3 +230,27 @@ async def test_public_answer_over_the_reader_limit_is_told_and_never_rerun(
     assert "did not run it again" in result.content and "ask for less" in result.content
     assert notes.read_text().splitlines() == ["ran"]
     await wait_until(lambda: manager.status()[0].state == "running", "the restart")
+
+
+async def test_public_long_running_operation_progress_reaches_the_turn_as_status(
+    mcp_cfg, mcp_manager, llm_server: FakeLLMServer
+) -> None:
+    everything = {"command": everything_command(), "args": ["stdio"], "timeout": 2}
+    cfg = mcp_cfg({"everything": everything})
+    manager, registry = await started(mcp_manager, cfg)
+    memory = Memory(cfg.memory)
+    await memory.open(background=False)
+    llm = LLMClient(cfg.llm)
+    name = "everything__trigger-long-running-operation"
+    llm_server.script(_call(name, {"duration": 3, "steps": 3}, "c1"), Reply(content="Done."))
+    try:
+        agent = Agent(cfg, llm, memory, registry)
+        msg = InboundMessage(session_id="progress", text="run the long operation")
+        events = [e async for e in agent.run_turn(msg)]
+    finally:
+        await llm.close()
+        await memory.close()
+    # The REPL, Discord and the page show these like a long prefill's progress.
+    shown = [e.text for e in events if isinstance(e, Status) and e.kind == "progress"]
+    assert shown[0] == f"{name}: 33%" and len(shown) >= 2  # at most one a second
+    assert isinstance(events[-1], TurnDone) and events[-1].reply == "Done."
