@@ -31,6 +31,7 @@ ISOLATED_ENV = (
     "LUNA_CONFIG",
     "LUNA_WORKSPACE",
     "LUNA_MCP_SERVERS",
+    "LUNA_OUTPUTS_DIR",
 )
 
 __all__ = ["Reply"]

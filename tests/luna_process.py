@@ -29,5 +29,6 @@ def data_env(tmp_path: Path, endpoint: str, **extra: str) -> dict[str, str]:
         LOG_DIR=str(tmp_path / "data" / "logs"),
         LUNA_WORKSPACE=str(tmp_path / "workspace"),
         LUNA_MCP_SERVERS=str(tmp_path / "mcp_servers.json"),
+        LUNA_OUTPUTS_DIR=str(tmp_path / "data" / "tool_outputs"),
         **extra,
     )

@@ -271,6 +271,7 @@ class Agent:
         budget = TurnBudget(self.cfg.agent.max_rounds)
         tools, allowed = self._offered_tools(msg, declared)
         ctx = self._tool_context(msg, budget, depth=0, allowed=allowed, declared=declared.names)
+        ctx.on_progress = lambda line: emit(Status(line, "progress"))
         call = ModelCall(self.llm, self.fit, self._refused_in(msg.session_id), msg.session_id)
         messages = call.leave_out_refused(messages)
         keep_reasoning = self.cfg.llm.history_reasoning != "drop"

@@ -41,6 +41,7 @@ ENV_OVERRIDES = {
     "LOG_DIR": "observe.log_dir",
     "LUNA_WORKSPACE": "agent.workspace",
     "LUNA_MCP_SERVERS": "mcp.servers_file",
+    "LUNA_OUTPUTS_DIR": "tools.outputs_dir",
     "LUNA_WEB_TOKEN": "web.token",
 }
 

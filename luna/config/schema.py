@@ -345,6 +345,8 @@ class MCPConfig(Section):
     servers_file: Path = Path("mcp_servers.json")
     start_timeout: Annotated[float, Field(ge=1, le=600)] = 30.0
     call_timeout: Annotated[float, Field(ge=1, le=DAY)] = 60.0
+    # A call that keeps reporting progress has its timeout renewed, up to this long in all.
+    max_call_timeout: Annotated[float, Field(ge=1, le=DAY)] = 600.0
 
 
 class SkillsConfig(Section):

@@ -1,4 +1,5 @@
-"""``luna mcp list | tools [SERVER] | call SERVER__TOOL JSON``: inspect and debug MCP servers.
+"""``luna mcp list | tools [SERVER] | resources [SERVER] | call SERVER__TOOL JSON``: inspect and
+debug MCP servers.
 
 Invariants: every command starts only the servers it needs, waits at most
 ``mcp.start_timeout`` (+5 s) for them, and always stops them before returning, also on SIGTERM,
@@ -65,6 +66,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     tools.add_argument("server", nargs="?", help="only this server")
     tools.add_argument("--schema", action="store_true", help="also print each parameter schema")
     tools.set_defaults(handler=list_tools)
+    res = sub.add_parser("resources", help="show the resources servers list (resources/list)")
+    res.add_argument("server", nargs="?", help="only this server")
+    res.set_defaults(handler=list_resources)
     call = sub.add_parser(
         "call",
         help="call one MCP tool directly, for debugging",
@@ -131,6 +135,33 @@ async def list_tools(args: argparse.Namespace, cfg: Config) -> int:
             if args.schema:
                 print("    " + terminal_json(info.parameters))
         return 0
+    finally:
+        await manager.stop()
+
+
+@_stop_on_sigterm
+async def list_resources(args: argparse.Namespace, cfg: Config) -> int:
+    from luna.mcp.resources import list_resources as listed
+
+    only = [args.server] if args.server else None
+    manager, _ = await _started(cfg, only)
+    try:
+        if args.server and args.server not in manager.servers:
+            raise UsageError(f"there is no server named {args.server!r} in {cfg.mcp.servers_file}")
+        failed = False
+        for server in manager.servers.values():
+            if not server.spec.enabled:
+                continue
+            found = await listed(server)
+            if isinstance(found, str):
+                failed = True
+                print(neutralize(f"# {server.name}: {found}"))
+                continue
+            for r in found:
+                mime = f"  [{r['mimeType']}]" if isinstance(r.get("mimeType"), str) else ""
+                name = r.get("name") or ""
+                print(neutralize(f"{server.name}  {r.get('uri', '')}  {name}{mime}"))
+        return 1 if failed else 0
     finally:
         await manager.stop()
 

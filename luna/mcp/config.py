@@ -1,4 +1,4 @@
-"""Parse and validate ``mcp_servers.json``; adapt MCP names, schemas and results for the model.
+"""Parse and validate ``mcp_servers.json``; adapt MCP tool names and schemas for the model.
 
 File format (``{"servers": {...}}``; the Claude-Desktop spelling ``"mcpServers"`` is accepted)::
 
@@ -309,52 +309,3 @@ def tool_description(server: str, name: str, description: str | None, title: str
     if len(text) > MAX_DESCRIPTION:
         text = text[: MAX_DESCRIPTION - 1].rstrip() + "…"
     return f"{text} (MCP server '{server}')"
-
-
-def describe_result(result: dict[str, Any]) -> str:
-    """Join a ``tools/call`` result's content as text; describe non-text parts, never drop them.
-
-    ``result`` is the server's JSON object; a hostile server's odd shapes are described, not
-    trusted (every field is read as what it should be, or shown as missing)."""
-    parts: list[str] = []
-    content = result.get("content")
-    for item in content if isinstance(content, list) else []:
-        if not isinstance(item, dict):
-            parts.append("[unreadable content]")
-            continue
-        kind = _field(item, "type")
-        if kind == "text":
-            parts.append(_field(item, "text"))
-        elif kind in ("image", "audio"):
-            parts.append(f"[{_field(item, 'mimeType') or kind}, {_size(_decoded(item, 'data'))}]")
-        elif kind == "resource_link":
-            mime = f", {item['mimeType']}" if _field(item, "mimeType") else ""
-            parts.append(f"[resource link: {_field(item, 'name')} {_field(item, 'uri')}{mime}]")
-        elif kind == "resource":
-            res = item.get("resource") if isinstance(item.get("resource"), dict) else {}
-            uri = _field(res, "uri")
-            if isinstance(res.get("text"), str):
-                parts.append(f"[resource {uri}]\n{res['text']}")
-            else:
-                mime = _field(res, "mimeType") or "application/octet-stream"
-                parts.append(f"[resource {uri}, {mime}, {_size(_decoded(res, 'blob'))}]")
-        else:
-            parts.append(f"[{kind or 'unknown'} content]")
-    structured = result.get("structuredContent")
-    if not parts and structured is not None:
-        parts.append(json.dumps(structured, ensure_ascii=False))
-    return "\n".join(parts) if parts else "(no output)"
-
-
-def _field(item: dict[str, Any], key: str) -> str:
-    value = item.get(key)
-    return value if isinstance(value, str) else ""
-
-
-def _decoded(item: dict[str, Any], key: str) -> int:
-    """The size of ``item[key]``'s base64 data once decoded."""
-    return len(_field(item, key)) * 3 // 4
-
-
-def _size(n: int) -> str:
-    return f"{n} bytes" if n < 1024 else f"{n / 1024:.0f} KB"

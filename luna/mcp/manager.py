@@ -18,6 +18,11 @@ Invariants:
   crashed) first tries to bring that server back, else gets one line saying it is not running.
 - ``${VAR}`` expansion reads the process environment (or the ``environ`` given), and a server
   process gets only the variables its ``env`` names plus a non-secret base.
+- A tool that can only be called as an MCP task (``execution.taskSupport: "required"``) is not
+  offered: Luna does not speak the tasks extension, and every call would fail. It is named in
+  ``server.left_out`` and the log instead.
+- ``mcp_read_resource`` (``luna.mcp.resources``) is registered when the file has an enabled
+  server; a call's progress lines go to the turn's ``ToolContext.on_progress``.
 """
 
 from __future__ import annotations
@@ -33,17 +38,21 @@ from typing import TYPE_CHECKING, Any
 
 from luna.config import Config
 from luna.mcp.config import load_servers, qualify_names, to_parameters, tool_description
+from luna.mcp.content import READ_TOOL
+from luna.mcp.resources import ResourceReader
 from luna.mcp.session import ServerConnection, ServerStatus
 from luna.messages import ToolResult
 from luna.observe import log_event
 
 if TYPE_CHECKING:
     from luna.mcp.launch import Prelaunched
-    from luna.tools.registry import ToolRegistry
+    from luna.tools.registry import ToolContext, ToolRegistry
 
 log = logging.getLogger(__name__)
 
 __all__ = ["MCPManager", "ServerStatus"]
+
+TASK_ONLY = "it can only be called as an MCP task, which Luna does not support"
 
 
 class MCPManager:
@@ -109,6 +118,8 @@ class MCPManager:
                 task = asyncio.create_task(self._boot(server), name=f"mcp-boot-{spec.name}")
                 self._boots[spec.name] = task
                 task.add_done_callback(lambda _t, name=spec.name: self._boots.pop(name, None))
+        if any(s.spec.enabled and not s.spec.error for s in self.servers.values()):
+            ResourceReader(self.servers).register(self.registry)
         if early is not None and early.processes:  # entries filtered out by ``only``
             await asyncio.to_thread(early.stop_unclaimed)
 
@@ -124,6 +135,10 @@ class MCPManager:
             return
         self.registry.unregister_prefix(f"{server.name}__")
         named = [t for t in tools if isinstance(t.get("name"), str) and t["name"]]
+        server.left_out = {t["name"]: TASK_ONLY for t in named if _task_only(t)}
+        for name in server.left_out:
+            log.info("MCP server %r: tool %r left out: %s", server.name, name, TASK_ONLY)
+        named = [t for t in named if t["name"] not in server.left_out]
         names = qualify_names(server.name, [t["name"] for t in named])
         server.tool_names = {}
         for tool in sorted(named, key=lambda t: names[t["name"]]):
@@ -160,6 +175,7 @@ class MCPManager:
         for task in boots:
             task.cancel()
         servers = list(self.servers.values())
+        await asyncio.gather(*(s.cancel_revival() for s in servers))
         await asyncio.gather(
             *(s.stop_runner() for s in servers),
             *(s.discard_launched() for s in servers),
@@ -174,6 +190,7 @@ class MCPManager:
                 log_event("mcp_server", server=s.name, status="stopped")
             self.registry.unregister_prefix(f"{s.name}__")
             s.tool_names = {}
+        self.registry.unregister_prefix(READ_TOOL)
 
     def status(self) -> list[ServerStatus]:
         return [s.status() for s in self.servers.values()]
@@ -187,15 +204,21 @@ class MCPManager:
             for q, original in sorted(s.tool_names.items())
         ]
 
-    async def call(self, qualified_name: str, arguments: dict[str, Any]) -> ToolResult:
-        """Call ``<server>__<tool>``; never raises except CancelledError."""
+    async def call(
+        self,
+        qualified_name: str,
+        arguments: dict[str, Any],
+        report: Callable[[str], None] | None = None,
+    ) -> ToolResult:
+        """Call ``<server>__<tool>`` (progress lines to ``report``); never raises except
+        CancelledError."""
         server_name, _, _ = qualified_name.partition("__")
         server = self.servers.get(server_name)
         original = server.tool_names.get(qualified_name) if server else None
         if server is None or original is None:
             known = ", ".join(q for q, _, _ in self.tools()) or "none"
             return ToolResult(f"Unknown MCP tool '{qualified_name}'. Known: {known}", True)
-        return await server.call(original, arguments)
+        return await server.call(original, arguments, report)
 
     # ---- the registry's provider (luna.tools.registry.ToolProvider) ------------------------
 
@@ -227,7 +250,7 @@ class MCPManager:
         boot = self._boots.get(server_name)
         if boot is not None:  # its first start is still under way: wait for it, bounded
             await asyncio.wait({boot}, timeout=server.spec.timeout)
-        problem = await server.ensure_started() if server.session is None else None
+        problem = await server.ensure_started(in_call=True) if server.session is None else None
         if name in server.tool_names:
             return None
         if problem or server.session is None:
@@ -235,9 +258,17 @@ class MCPManager:
         listed = ", ".join(sorted(server.tool_names)) or "none"
         return f"The MCP server '{server_name}' has no tool '{tool}' now (it lists: {listed})."
 
-    async def _handle(self, qualified_name: str, arguments: dict[str, Any], ctx: Any) -> ToolResult:
+    async def _handle(
+        self, qualified_name: str, arguments: dict[str, Any], ctx: ToolContext
+    ) -> ToolResult:
         """The registry handler for every MCP tool."""
-        return await self.call(qualified_name, arguments)
+        return await self.call(qualified_name, arguments, ctx.on_progress)
+
+
+def _task_only(tool: dict[str, Any]) -> bool:
+    """The tool declares ``execution.taskSupport: "required"``."""
+    execution = tool.get("execution")
+    return isinstance(execution, dict) and execution.get("taskSupport") == "required"
 
 
 def _text(tool: dict[str, Any], key: str) -> str | None:

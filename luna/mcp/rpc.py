@@ -16,9 +16,12 @@ Invariants:
 - The server's requests are answered: ``ping`` with an empty result, anything else with
   "method not found" (Luna offers no sampling, roots or elicitation). Its notifications go to
   ``on_notification`` by method name.
-- When the stream ends, every waiting request fails with :class:`ConnectionLost` (an OSError,
-  so callers treat it as a lost session); a request that is cancelled (a call past its timeout)
-  sends ``notifications/cancelled`` for its id.
+- When the stream ends, every waiting request fails with :class:`LostInFlight` (it was sent:
+  it may have taken effect), or :class:`AnswerTooLarge` when the end was a line over
+  ``MAX_LINE``; a request made after that fails with :class:`NotSent` (it never left Luna). A
+  request that is cancelled (a call past its timeout) sends ``notifications/cancelled``.
+- A request given ``on_progress`` carries ``_meta.progressToken``; the server's
+  ``notifications/progress`` for that token go to it while the request waits.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from luna.errors import MCPError
+
 PROTOCOL_VERSION = "2025-11-25"  # what Luna asks for in the handshake
 # The handshake versions Luna can talk (tools/list and tools/call are the same in each).
 PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
@@ -38,8 +43,27 @@ PARSE_IN_THREAD = 256 * 1024  # a message this large is parsed in a thread, not 
 METHOD_NOT_FOUND = -32601
 
 
-class ConnectionLost(ConnectionError):
-    """The server's stream ended (it exited, crashed or closed stdout)."""
+class ConnectionLost(MCPError, ConnectionError):
+    """The session with the server ended (it exited, crashed, closed stdout, or the HTTP
+    session is gone). This base class says nothing about the request that saw it: a caller
+    treats it as :class:`LostInFlight`, the cautious reading."""
+
+
+class NotSent(ConnectionLost):
+    """The request never reached the server (the session was already gone, or the server
+    refused the session unread): sending it on a new session runs it once."""
+
+
+class LostInFlight(ConnectionLost):
+    """The request was sent and the session ended before its answer: it may or may not have
+    taken effect, so it must never be sent again on Luna's own initiative."""
+
+
+class AnswerTooLarge(LostInFlight):
+    """The server's answer (a line) was over ``MAX_LINE``; the request ran, its answer is lost."""
+
+
+ProgressCallback = Callable[[float, float | None, str | None], None]
 
 
 class RemoteError(Exception):
@@ -66,6 +90,7 @@ class JsonRpcPeer:
         self.on_notification, self.on_garbage = on_notification, on_garbage
         self._ids = itertools.count(1)
         self._waiting: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._progress: dict[str, ProgressCallback] = {}  # progressToken -> its request's
         self._lost: ConnectionLost | None = None
 
     async def run(self) -> None:
@@ -75,19 +100,22 @@ class JsonRpcPeer:
                 try:
                     line = await self.reader.readline()
                 except (ValueError, asyncio.LimitOverrunError) as e:
-                    raise ConnectionLost(f"the server wrote a line over {MAX_LINE} bytes") from e
+                    raise AnswerTooLarge(
+                        f"it sent an answer over Luna's limit of {MAX_LINE // 2**20} MB for one "
+                        "message"
+                    ) from e
                 if not line:
-                    raise ConnectionLost("the server closed its output (it exited?)")
+                    raise LostInFlight("the server closed its output (it exited?)")
                 if line.strip():
                     self._dispatch(line, await _parse(line))
-        except ConnectionLost as e:
+        except LostInFlight as e:
             self._end(e)
         except OSError as e:
-            self._end(ConnectionLost(f"reading from the server failed: {e}"))
+            self._end(LostInFlight(f"reading from the server failed: {e}"))
         finally:
-            self._end(ConnectionLost("the connection was closed"))
+            self._end(LostInFlight("the connection was closed"))
 
-    def _end(self, lost: ConnectionLost) -> None:
+    def _end(self, lost: LostInFlight) -> None:
         if self._lost is None:
             self._lost = lost
         for future in self._waiting.values():
@@ -105,7 +133,7 @@ class JsonRpcPeer:
                 self._answer(message["id"], method)
             else:
                 params = message.get("params")
-                self.on_notification(method, params if isinstance(params, dict) else {})
+                self._notified(method, params if isinstance(params, dict) else {})
             return
         rid = message.get("id")
         future = self._waiting.pop(rid, None) if isinstance(rid, int) else None
@@ -120,6 +148,21 @@ class JsonRpcPeer:
             result = message.get("result")
             future.set_result(result if isinstance(result, dict) else {})
 
+    def _notified(self, method: str, params: dict[str, Any]) -> None:
+        if method != "notifications/progress":
+            self.on_notification(method, params)
+            return
+        report = self._progress.get(str(params.get("progressToken")))
+        progress, total = params.get("progress"), params.get("total")
+        if report is None or not isinstance(progress, int | float):
+            return  # a token Luna never sent, or one whose request has ended
+        message = params.get("message")
+        report(
+            float(progress),
+            float(total) if isinstance(total, int | float) else None,
+            message if isinstance(message, str) else None,
+        )
+
     def _answer(self, request_id: Any, method: str) -> None:
         if method == "ping":
             self._send({"jsonrpc": "2.0", "id": request_id, "result": {}})
@@ -128,20 +171,32 @@ class JsonRpcPeer:
             self._send({"jsonrpc": "2.0", "id": request_id, "error": error})
 
     def _send(self, message: dict[str, Any]) -> None:
+        """Write one message; NotSent when the session is gone or the pipe is closed."""
         if self._lost is not None:
-            raise self._lost
+            raise NotSent(str(self._lost))
         data = json.dumps(message, ensure_ascii=False, separators=(",", ":")) + "\n"
         try:
             self.writer.write(data.encode("utf-8"))
         except (OSError, RuntimeError) as e:  # a closed pipe or transport
-            raise ConnectionLost(f"writing to the server failed: {e}") from e
+            raise NotSent(f"writing to the server failed: {e}") from e
 
-    async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Send one request and wait for its result (raises RemoteError or ConnectionLost)."""
+    async def request(
+        self,
+        method: str,
+        params: dict[str, Any] | None = None,
+        *,
+        on_progress: ProgressCallback | None = None,
+    ) -> dict[str, Any]:
+        """Send one request and wait for its result. Raises RemoteError, NotSent (it never left
+        Luna: the session was over before it was written) or LostInFlight (it was written)."""
         request_id = next(self._ids)
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._waiting[request_id] = future
         message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+        token = f"luna-{request_id}"
+        if on_progress is not None:
+            params = {**(params or {}), "_meta": {"progressToken": token}}
+            self._progress[token] = on_progress
         if params is not None:
             message["params"] = params
         try:
@@ -158,6 +213,7 @@ class JsonRpcPeer:
             raise
         finally:
             self._waiting.pop(request_id, None)
+            self._progress.pop(token, None)
 
     def notify_nowait(self, method: str, params: dict[str, Any] | None = None) -> None:
         message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
@@ -166,10 +222,13 @@ class JsonRpcPeer:
         self._send(message)
 
     async def _drain(self) -> None:
+        """Wait for the pipe to take what was written. A failure here comes after ``write``
+        took the message, and a line written whole may have been read (another request's
+        bytes can be the ones left over), so it counts as LostInFlight."""
         try:
             await self.writer.drain()
         except (OSError, RuntimeError) as e:
-            raise ConnectionLost(f"writing to the server failed: {e}") from e
+            raise LostInFlight(f"writing to the server failed: {e}") from e
 
 
 async def _parse(line: bytes) -> Any:
@@ -205,17 +264,30 @@ class RpcSession:
 
     async def list_tools(self) -> list[dict[str, Any]]:
         """Every page of ``tools/list``: the tools as the server declares them."""
-        tools: list[dict[str, Any]] = []
+        return await self._pages("tools/list", "tools")
+
+    async def _pages(self, method: str, key: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
         cursor: Any = None
         while True:
-            page = await self.peer.request("tools/list", {"cursor": cursor} if cursor else None)
-            listed = page.get("tools")
+            page = await self.peer.request(method, {"cursor": cursor} if cursor else None)
+            listed = page.get(key)
             if not isinstance(listed, list):
-                raise RemoteError(0, "its tools/list answer has no list of tools")
-            tools += [t for t in listed if isinstance(t, dict)]
+                raise RemoteError(0, f"its {method} answer has no list of {key}")
+            items += [item for item in listed if isinstance(item, dict)]
             cursor = page.get("nextCursor")
             if not cursor:
-                return tools
+                return items
 
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        return await self.peer.request("tools/call", {"name": name, "arguments": arguments})
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], on_progress: ProgressCallback | None = None
+    ) -> dict[str, Any]:
+        params = {"name": name, "arguments": arguments}
+        return await self.peer.request("tools/call", params, on_progress=on_progress)
+
+    async def list_resources(self) -> list[dict[str, Any]]:
+        """Every page of ``resources/list``."""
+        return await self._pages("resources/list", "resources")
+
+    async def read_resource(self, uri: str) -> dict[str, Any]:
+        return await self.peer.request("resources/read", {"uri": uri})

@@ -10,13 +10,16 @@ Invariants:
   ``<observe.log_dir>/mcp/<server>.log``) is kept in ``error``.
 - A stdio server's first start adopts the process ``run_app`` started for it at start-up
   (``luna.mcp.launch.prelaunch``) when its entry is unchanged; every other start spawns one.
-- ``call()`` never raises (except CancelledError): failures come back as error ToolResults
-  written for the model. A lost session (crash, EOF, closed stream) restarts the server and
-  retries that call once; consecutive failures back off 0, 1, 2, 4 ... 60 s, and a call waits
-  out at most ``MAX_WAIT_IN_CALL`` of backoff before reporting instead. The backoff reads the
+- ``call()`` and ``read_resource()`` never raise (except CancelledError) and send a request at
+  most once on Luna's own initiative (``luna.mcp.calling`` owns that rule: a request that
+  never reached the server is sent once more on a new session; one that was sent when the
+  session ended is reported, never repeated, and the server restarts in the background).
+  Consecutive failures back off 0, 1, 2, 4 ... 60 s, and a call waits out at most
+  ``MAX_WAIT_IN_CALL`` of backoff before reporting instead. The backoff reads the
   connection's ``clock`` and waits with its ``sleep`` (``time.monotonic`` and ``asyncio.sleep``
-  unless a test passes its own). A call past its timeout is cancelled (Luna sends
-  ``notifications/cancelled``) and reported.
+  unless a test passes its own).
+- A start that timed out is not waited for again inside a call: the call starts it in the
+  background and reports at once, naming the limit and the setting that raises it.
 - ``notifications/tools/list_changed`` re-lists the tools and hands them to ``on_tools``.
 - A server that writes what is not JSON-RPC to stdout before its handshake is done fails at
   once, after ``GARBAGE_LINES`` such lines (a stray banner line or two is forgiven), with one
@@ -39,9 +42,11 @@ from typing import Any, Protocol
 from luna import __version__
 from luna.config import Config
 from luna.errors import MCPError
-from luna.mcp.config import ServerSpec, describe_result
+from luna.mcp.calling import send_once
+from luna.mcp.config import ServerSpec
+from luna.mcp.content import result_of_call, result_of_read
 from luna.mcp.launch import Launched, spawn, stop_process
-from luna.mcp.rpc import ConnectionLost, RemoteError
+from luna.mcp.rpc import ConnectionLost, ProgressCallback, RemoteError
 from luna.messages import ToolResult
 from luna.observe import log_event
 
@@ -62,7 +67,15 @@ class Session(Protocol):
 
     async def initialize(self) -> None: ...
     async def list_tools(self) -> list[dict[str, Any]]: ...
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]: ...
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], on_progress: ProgressCallback | None = None
+    ) -> dict[str, Any]: ...
+    async def list_resources(self) -> list[dict[str, Any]]: ...
+    async def read_resource(self, uri: str) -> dict[str, Any]: ...
+
+
+class StartTimeoutError(MCPError):
+    """A server did not finish ``initialize`` and ``tools/list`` within ``mcp.start_timeout``."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +109,8 @@ def _is_lost(exc: BaseException) -> bool:
 def _describe_error(exc: BaseException) -> str:
     if isinstance(exc, BaseExceptionGroup):
         return "; ".join(_describe_error(e) for e in exc.exceptions)
+    if isinstance(exc, StartTimeoutError):
+        return str(exc)
     if isinstance(exc, TimeoutError):
         return "timed out"
     if isinstance(exc, FileNotFoundError):
@@ -139,6 +154,9 @@ class ServerConnection:
         self._launched = launched  # started at start-up, for the first start to adopt
         self._task: asyncio.Task[None] | None = None
         self._started_once = False
+        self._reviving: asyncio.Task[None] | None = None  # a restart started by a lost call
+        self.start_timed_out = False  # the last start failed by mcp.start_timeout
+        self.left_out: dict[str, str] = {}  # tools not offered -> why (task-only tools)
         self._garbage = 0  # lines the server wrote to stdout that are not JSON-RPC
         self._garbage_first = ""  # the first of them, quoted
         self._in_handshake = False
@@ -176,6 +194,7 @@ class ServerConnection:
                 async with self._open(refresh) as (session, stderr):
                     tools = await self._handshake(session)
                     self.session = session
+                    self.start_timed_out = False
                     self.on_tools(self, tools)
                     self.state = "running"
                     ready.set()
@@ -183,6 +202,7 @@ class ServerConnection:
                     await self._serve_refreshes(session, refresh)
             except Exception as e:  # noqa: BLE001 - any failure of one server is reported, not raised
                 self._in_handshake = False
+                self.start_timed_out = _holds(e, StartTimeoutError)
                 self.error = _describe_error(e)
                 if self._garbage and not _holds(e, MCPError):
                     self.error += f"; it wrote non-MCP output to stdout: {self._garbage_first}"
@@ -257,7 +277,11 @@ class ServerConnection:
                 f"it does not speak MCP on stdout: it wrote {self._garbage_first} "
                 "(an MCP server must write only JSON-RPC there; logs go to stderr)"
             )
-        raise TimeoutError
+        limit = self.cfg.mcp.start_timeout
+        raise StartTimeoutError(
+            f"it did not finish starting (initialize and tools/list) within {limit:g} s; "
+            "raise mcp.start_timeout in config.toml for a server that is slow to start"
+        )
 
     async def _serve_refreshes(self, session: Session, refresh: asyncio.Queue[str]) -> None:
         """Live until cancelled; re-list tools whenever the server says they changed."""
@@ -314,49 +338,51 @@ class ServerConnection:
 
     # ---- calls -------------------------------------------------------------------------------
 
-    async def call(self, tool: str, arguments: dict[str, Any]) -> ToolResult:
-        for attempt in (1, 2):
-            session = self.session
-            if session is None:
-                problem = await self.ensure_started()
-                if problem:
-                    return ToolResult(self.not_running(problem), True)
-                session = self.session
-                if session is None:  # stopped meanwhile
-                    return ToolResult(self.not_running("stopped"), True)
-            deadline = asyncio.timeout(self.spec.timeout)
-            try:
-                async with deadline:
-                    result = await session.call_tool(tool, arguments)
-            except TimeoutError:
-                if not deadline.expired():
-                    raise
-                return ToolResult(
-                    f"{self.name}__{tool} timed out after {self.spec.timeout:g} s; cancelled",
-                    True,
-                )
-            except (RemoteError, OSError) as e:
-                if not _is_lost(e):
-                    return ToolResult(f"MCP server '{self.name}' error: {_describe_error(e)}", True)
-                self._mark_lost(session, e)
-                if attempt == 1:
-                    continue
-                return ToolResult(
-                    f"MCP server '{self.name}' stopped again while running '{tool}' after a "
-                    "restart; not retrying",
-                    True,
-                )
-            except Exception as e:  # noqa: BLE001 - call() never raises; the operator gets the trace
-                log.exception("MCP server %r: unexpected failure calling %r", self.name, tool)
-                return ToolResult(
-                    f"MCP server '{self.name}': {tool} failed unexpectedly ({type(e).__name__})",
-                    True,
-                )
-            self.failures = 0
-            return ToolResult(describe_result(result), is_error=result.get("isError") is True)
-        return ToolResult(self.not_running("stopped"), True)  # pragma: no cover
+    async def call(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        report: Callable[[str], None] | None = None,
+    ) -> ToolResult:
+        """Call ``tool``; progress lines go to ``report``. See ``luna.mcp.calling``."""
 
-    def _mark_lost(self, session: Session, exc: BaseException) -> None:
+        async def send(session: Session, on_progress: ProgressCallback) -> dict[str, Any]:
+            return await session.call_tool(tool, arguments, on_progress)
+
+        answer = await send_once(self, f"{self.name}__{tool}", send, report)
+        if isinstance(answer, ToolResult):
+            return answer
+        self.failures = 0
+        return result_of_call(answer, self.name)
+
+    async def read_resource(self, uri: str) -> ToolResult:
+        """``resources/read`` of the server's own ``uri``."""
+
+        async def send(session: Session, _on_progress: ProgressCallback) -> dict[str, Any]:
+            return await session.read_resource(uri)
+
+        answer = await send_once(self, f"reading {uri}", send, None)
+        return answer if isinstance(answer, ToolResult) else result_of_read(answer, self.name)
+
+    def restart_soon(self) -> None:
+        """Start this server again in the background (after a call lost its session)."""
+        if self._reviving is None or self._reviving.done():
+            self._reviving = asyncio.create_task(self._revive(), name=f"mcp-revive-{self.name}")
+
+    async def _revive(self) -> None:
+        problem = await self.ensure_started()
+        if problem:
+            log.warning("MCP server %r: restart after a lost call failed: %s", self.name, problem)
+
+    async def cancel_revival(self) -> None:
+        """Stop a background restart (before stopping the runner at shutdown)."""
+        task, self._reviving = self._reviving, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def mark_lost(self, session: Session, exc: BaseException) -> None:
         if self.session is not session:
             return  # someone else already noticed
         self.session = None
@@ -377,8 +403,14 @@ class ServerConnection:
             "unavailable until it is back."
         )
 
-    async def ensure_started(self) -> str | None:
-        """Restart a dead server (honouring backoff). Returns a problem description or None."""
+    async def ensure_started(self, *, in_call: bool = False) -> str | None:
+        """Restart a dead server (honouring backoff). Returns a problem description or None.
+
+        ``in_call``: a call is waiting; a server whose last start timed out is then started in
+        the background and the call told at once, not held for another ``start_timeout``."""
+        if in_call and self.start_timed_out and self.session is None:
+            self.restart_soon()
+            return f"{self.error}. Luna is starting it again in the background"
         async with self.lock:
             if self.session is not None:
                 return None

@@ -12,8 +12,9 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from luna.mcp import rpc
 from luna.mcp.launch import Launched, stop_process
-from luna.mcp.rpc import MAX_LINE, JsonRpcPeer, RpcSession
+from luna.mcp.rpc import JsonRpcPeer, RpcSession
 
 
 @contextlib.asynccontextmanager
@@ -31,7 +32,7 @@ async def stdio_session(
     transports: list[asyncio.BaseTransport] = []
     reading: asyncio.Task[None] | None = None
     try:
-        reader = asyncio.StreamReader(limit=MAX_LINE)
+        reader = asyncio.StreamReader(limit=rpc.MAX_LINE)  # read at start: one limit per session
         read_side, _ = await loop.connect_read_pipe(
             lambda: asyncio.StreamReaderProtocol(reader), process.stdout
         )

@@ -22,6 +22,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import json
 import logging
@@ -71,6 +72,8 @@ class ToolContext:
     allowed_tools: frozenset[str] | None = None  # None: all; else only these may run
     declared: frozenset[str] | None = None  # the session head's tools (None: not known)
     narrowed_by: str = ""  # the skill whose allowed-tools narrowed allowed_tools this turn
+    # Shows a line about a long call's progress (a Status of kind "progress"); None: nowhere.
+    on_progress: Callable[[str], None] | None = None
 
 
 class ToolProvider(Protocol):
@@ -333,8 +336,7 @@ class ToolRegistry:
         result = raw if isinstance(raw, ToolResult) else ToolResult(str(raw), False)
         for secret in secret_values(self.cfg):
             if secret in result.content:
-                content = result.content.replace(secret, "***")
-                result = ToolResult(content, result.is_error, result.trusted)
+                result = dataclasses.replace(result, content=result.content.replace(secret, "***"))
         if not shape or (result.trusted and info.native):
             return result
         text = await shape_output(
@@ -344,7 +346,7 @@ class ToolRegistry:
             cfg=self.cfg,
             llm=ctx.llm,
         )
-        return ToolResult(wrap_untrusted(text, info.name), result.is_error)
+        return ToolResult(wrap_untrusted(text, info.name), result.is_error, media=result.media)
 
     def validate(self, info: ToolInfo, args: dict[str, Any]) -> str | None:
         if info.validator is None:

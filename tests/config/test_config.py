@@ -80,6 +80,7 @@ def test_config_env_overrides_and_relative_paths(tmp_path: Path) -> None:
         "LOG_DIR": "/var/log/luna",
         "LUNA_WORKSPACE": "ws",
         "LUNA_MCP_SERVERS": "servers.json",
+        "LUNA_OUTPUTS_DIR": "outs",
         "DISCORD_TOKEN": "abc.def.ghi",
         "LLM_API_KEY": "sk-secret-value",
     }
@@ -89,6 +90,7 @@ def test_config_env_overrides_and_relative_paths(tmp_path: Path) -> None:
     assert cfg.observe.log_dir == Path("/var/log/luna")
     assert cfg.agent.workspace == tmp_path / "ws"
     assert cfg.mcp.servers_file == tmp_path / "servers.json"
+    assert cfg.tools.outputs_dir == tmp_path / "outs"
     assert cfg.discord.token == "abc.def.ghi" and cfg.llm.api_key == "sk-secret-value"
     assert cfg.sources["memory.db_path"] == "env MEMORY_DB_PATH"
     assert cfg.data_dir == tmp_path / "state"

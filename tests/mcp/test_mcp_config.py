@@ -7,10 +7,7 @@ import re
 import sys
 from pathlib import Path
 
-import mcp_types as types
-
 from luna.mcp.config import (
-    describe_result,
     load_servers,
     parse_servers,
     qualify_names,
@@ -177,44 +174,3 @@ def test_to_parameters_makes_a_function_calling_object_schema() -> None:
     )
     assert params == {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
     assert to_parameters(None) == {"type": "object", "properties": {}}
-
-
-def _wire(result: types.CallToolResult) -> dict:
-    """The JSON object a server sends for ``result`` (the SDK's own spelling of the wire)."""
-    return result.model_dump(by_alias=True, mode="json", exclude_none=True)
-
-
-def test_describe_result_joins_text_and_describes_images() -> None:
-    result = types.CallToolResult(
-        content=[
-            types.TextContent(type="text", text="caption"),
-            types.ImageContent(type="image", data="A" * 16384, mime_type="image/png"),
-            types.TextContent(type="text", text="after"),
-            types.EmbeddedResource(
-                type="resource",
-                resource=types.TextResourceContents(uri="file:///a.txt", text="inside"),
-            ),
-        ]
-    )
-    assert describe_result(_wire(result)) == (
-        "caption\n[image/png, 12 KB]\nafter\n[resource file:///a.txt]\ninside"
-    )
-    assert describe_result(_wire(types.CallToolResult(content=[]))) == "(no output)"
-
-
-def test_describe_result_reads_a_hostile_result_without_failing() -> None:
-    odd = {
-        "content": [
-            "not an object",
-            {"type": "text", "text": {"nested": 1}},
-            {"type": "image", "data": 5},
-            {"type": "resource", "resource": "x"},
-            {"type": 7},
-        ]
-    }
-    assert describe_result(odd) == (
-        "[unreadable content]\n\n[image, 0 bytes]\n"
-        "[resource , application/octet-stream, 0 bytes]\n[unknown content]"
-    )
-    assert describe_result({"content": "text"}) == "(no output)"
-    assert describe_result({"structuredContent": {"a": 1}}) == '{"a": 1}'

@@ -24,13 +24,17 @@ async def test_wire_handshake_answers_paging_and_cancel(tmp_path, mcp_cfg, mcp_m
     log = tmp_path / "wire.jsonl"
     cfg = mcp_cfg({"raw": {"command": PY, "args": [RAW, str(log)], "timeout": 1}})
     manager, registry = await started(mcp_manager, cfg)
-    # Both pages listed; the entry without a name is skipped, not fatal.
+    # Both pages listed; the entry without a name is skipped, not fatal; the task-only tool
+    # is not offered (every call to it would fail), and says why.
     assert sorted(n for n in registry.names() if n.startswith("raw__")) == ["raw__add", "raw__slow"]
+    assert "MCP task" in manager.servers["raw"].left_out["research"]
 
     timed_out = await manager.call("raw__slow", {"a": 1, "b": 2})
     assert timed_out.is_error and "timed out after 1 s" in timed_out.content
-    added = await manager.call("raw__add", {"a": 40, "b": 2})
+    lines: list[str] = []
+    added = await manager.call("raw__add", {"a": 40, "b": 2}, lines.append)
     assert (added.content, added.is_error) == ("42", False)  # the session outlived the timeout
+    assert lines == ["raw__add: 50% (half)"]  # its progress, reported under its own token
 
     sent = _sent(log)
     init = sent[0]
@@ -43,7 +47,10 @@ async def test_wire_handshake_answers_paging_and_cancel(tmp_path, mcp_cfg, mcp_m
     assert methods.index("notifications/initialized") < methods.index("tools/list")
     pages = [m.get("params") for m in sent if m.get("method") == "tools/list"]
     assert pages == [None, {"cursor": "page2"}]
-    slow = next(m for m in sent if m.get("method") == "tools/call")
+    calls = [m for m in sent if m.get("method") == "tools/call"]
+    tokens = [c["params"]["_meta"]["progressToken"] for c in calls]
+    assert len(calls) == 2 and len(set(tokens)) == 2  # every call has a token of its own
+    slow = calls[0]
     cancelled = [m for m in sent if m.get("method") == "notifications/cancelled"]
     assert [c["params"]["requestId"] for c in cancelled] == [slow["id"]]
 

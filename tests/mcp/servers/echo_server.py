@@ -4,8 +4,9 @@ $ECHO_START_DELAY (seconds) makes it wait that long before it answers anything, 
 included: a slow server at start. $ECHO_STARTS names a file each start appends its pid to.
 
 Tools: echo, add, fail (isError), picture (image content), big (large text), sleep,
-crash (kills its own process), break_server (kills it and makes restarts fail while the file
-named by $ECHO_FLAG exists), add_tool (adds a tool and sends tools/list_changed),
+note (appends a line to a file, a side effect to count), crash (kills its own process),
+break_server (kills it and makes restarts fail while the file named by $ECHO_FLAG exists),
+add_tool (adds a tool and sends tools/list_changed),
 env (reads an environment variable), pid (the server's process id), cwd (its working folder).
 """
 
@@ -65,6 +66,20 @@ async def sleep(seconds: float) -> str:
     print(f"echo_server: sleeping {seconds}", file=sys.stderr, flush=True)  # tests wait on it
     await asyncio.sleep(seconds)
     return f"slept {seconds}"
+
+
+def _append(path: str, text: str) -> None:
+    with open(path, "a") as f:
+        f.write(text + "\n")
+
+
+@mcp.tool()
+async def note(path: str, text: str, seconds: float = 0, lines: int = 0) -> str:
+    """A side effect: append `text` as a line to the file `path`, sleep, then answer with
+    `text` and `lines` lines of filler."""
+    await asyncio.to_thread(_append, path, text)
+    await asyncio.sleep(seconds)
+    return "\n".join([text, *(f"filler line {i} of the answer" for i in range(lines))])
 
 
 @mcp.tool()

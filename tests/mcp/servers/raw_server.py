@@ -4,7 +4,8 @@
 At ``initialize`` it first asks Luna two things of its own (a ``ping`` and a
 ``sampling/createMessage``, which Luna does not offer), then answers with protocol VERSION
 (default 2025-11-25). ``tools/list`` comes in two pages, the second with a nameless entry;
-``add`` adds, ``slow`` never answers.
+``add`` adds, ``slow`` never answers, ``research`` can only be called as a task. A call
+carries the ``progressToken`` Luna gave it; ``add`` reports progress on it first.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ for line in sys.stdin:
         )
     elif method == "tools/list":
         if (message.get("params") or {}).get("cursor") == "page2":
-            tools = [{"name": "add", "inputSchema": TOOL}, {"description": "no name"}]
+            research = {"name": "research", "execution": {"taskSupport": "required"}}
+            tools = [{"name": "add", "inputSchema": TOOL}, {"description": "no name"}, research]
             send({"id": rid, "result": {"tools": tools}})
         else:
             tools = [{"name": "slow", "description": "Never answers.", "inputSchema": TOOL}]
@@ -51,5 +53,8 @@ for line in sys.stdin:
     elif method == "tools/call":
         args = message["params"]["arguments"]
         if message["params"]["name"] == "add":
+            token = message["params"]["_meta"]["progressToken"]
+            progress = {"progressToken": token, "progress": 1, "total": 2, "message": "half"}
+            send({"method": "notifications/progress", "params": progress})
             text = str(args["a"] + args["b"])
             send({"id": rid, "result": {"content": [{"type": "text", "text": text}]}})
