@@ -12,16 +12,19 @@ from typing import Any
 
 import httpx
 
+from luna.errors import ConfigError
+from luna.frontends.web import check
 from luna.hooks.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 from luna.hooks.store import HookEvent, HookStore
 from luna.scheduler.model import Delivery
 from tests.fakes.llm_server import FakeLLMServer, Reply
-from tests.frontends.web.conftest import WebLuna
+from tests.frontends.web.conftest import TOKEN, WebLuna
 from tests.frontends.web.sse import event_stream
 from tests.history import prompt_view
 
 SECRET = "4f1c9a7e0b3d52e8a6c4f9017d2b8e3a5c6f0d1e9b7a4c2e8f3d6b0a1c5e7d9f"
 ENV = {"LUNA_HOOK_DOOR_SECRET": SECRET}
+WEB = {"LUNA_WEB_TOKEN": TOKEN}
 DOOR = {"prompt": "Home Assistant reports a door. Tell me about it.\n\n{body}", "deliver_to": "web"}
 EVENT = {"entity_id": "binary_sensor.front_door", "to_state": "on"}
 
@@ -240,3 +243,22 @@ async def test_hook_prompt_injection_in_the_body_stays_data(
     assert tool_result["role"] == "tool" and "risky done" not in tool_result["content"]
     assert "Not run: risky: needs approval, and nobody can approve a webhook run." in shown["text"]
     assert (await settled(luna, resp.json()["event"])).state == "done"
+
+
+def test_hook_that_cannot_work_stops_the_web_front_end_at_start(
+    luna_config: Callable[..., Any],
+) -> None:
+    def refusal(hook: dict[str, Any], env: dict[str, str], **more: Any) -> str:
+        cfg = luna_config({"hooks": {"door": hook}, **more}, env={**WEB, **env})
+        try:
+            check(cfg, "web")
+        except ConfigError as e:
+            return str(e)
+        return ""
+
+    assert refusal({}, ENV) == ""
+    assert "web: hook door: LUNA_HOOK_DOOR_SECRET is not set; make one with" in refusal({}, {})
+    assert "shorter than 32" in refusal({}, {"LUNA_HOOK_DOOR_SECRET": "k3Y-9qz"})
+    assert "unknown front-end 'sms'" in refusal({"deliver_to": "sms"}, ENV)
+    off = refusal({}, ENV, scheduler={"enabled": False})
+    assert "hooks deliver their results through the scheduler, which is off" in off
