@@ -102,6 +102,8 @@ async def sign_cmd(args: argparse.Namespace, cfg: Config) -> int:
 def _url(cfg: Config, name: str, given: str | None) -> str:
     if given:
         return f"{given.rstrip('/')}/hooks/{name}"
+    if cfg.web.port == 0:
+        raise UsageError("web.port is 0 (Luna picks a free port at start): pass --url")
     host = WILDCARDS.get(cfg.web.host, cfg.web.host)
     shown = f"[{host}]" if ":" in host else host
     return f"http://{shown}:{cfg.web.port}/hooks/{name}"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from luna.config import build_config, effective_items, secret_values
+from luna.config.cli import set_value
 from luna.config.hooks import DEFAULT_PROMPT, HookConfig, secret_var, session_of
 from luna.errors import ConfigError
 from tests.hook_example import config_with_example
@@ -71,3 +72,8 @@ def test_config_hooks_mistake_is_one_line_naming_the_key(
     with pytest.raises(ConfigError, match=says) as caught:
         build_config({"hooks": hooks}, {}, base_dir=tmp_path)
     assert "\n" not in str(caught.value)
+
+
+def test_config_hooks_set_points_to_the_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"each webhook is a \[hooks\.NAME\] table"):
+        set_value(tmp_path / "config.toml", "hooks.door.per_minute", "5")

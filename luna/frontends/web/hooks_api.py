@@ -11,7 +11,7 @@ Invariants:
   taken before the body is read); a body over the hook's ``max_body_bytes`` (413, a declared
   length refused unread); missing or wrong signature headers, a wrong signature or a stale
   timestamp (401, slowed); a body that is not JSON (400); the hook's ``per_minute`` spent
-  (429); a signature already accepted, a replay (409).
+  (429); a signature already accepted, a replay (409, its event given back).
 - The signature is checked before the body is parsed, and the hook's own bucket is taken
   only by correctly signed events: nobody without the secret can spend a hook's events.
 - 202 comes only after the event is committed durably (fsync): an acknowledged event
@@ -27,14 +27,14 @@ import datetime as dt
 from aiohttp import web
 
 from luna.config import Config
-from luna.config.hooks import session_of
+from luna.config.hooks import HookConfig, session_of
 from luna.errors import DatabaseBusyError
 from luna.frontends.web.inputs import ApiError, capped_body, error, parse_json
 from luna.frontends.web.peers import Peers
 from luna.frontends.web.state import state
 from luna.frontends.web.throttle import Throttle
 from luna.hooks.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, problem
-from luna.hooks.store import HookStore
+from luna.hooks.store import HookEvent, HookStore
 from luna.hooks.worker import HookWorker
 from luna.observe import log_event
 
@@ -74,41 +74,44 @@ class HookDoor:
         source = self.peers.source(request)
         if not self.failures.take(source):  # before any await: a burst cannot all be checked
             return _too_many(self.failures, source, "too many bad signatures from your address")
-        body = await capped_body(request, hook.max_body_bytes)
-        sent = request.headers.get(SIGNATURE_HEADER)
-        wrong = problem(
-            hook.secret,
-            request.headers.get(TIMESTAMP_HEADER),
-            sent,
-            body,
-            window=hook.replay_window,
-        )
-        if wrong is not None or sent is None:
-            log_event("hook_refused", hook=name, status=401, source=source)
-            await asyncio.sleep(FAILURE_DELAY_S)
-            return error(401, wrong or "missing signature")
+        body, signature = await self._signed(request, name, hook, source)
         self.failures.refund(source)
         parse_json(body)  # 400 unless it is JSON (the event keeps the bytes as sent)
-        text = body.decode("utf-8")
-        if not self.rates[name].take("events"):
-            return _too_many(self.rates[name], "events", f"hook {name} takes {hook.per_minute}/min")
-        now = dt.datetime.now(dt.UTC)
+        rate = self.rates[name]
+        if not rate.take("events"):
+            return _too_many(rate, "events", f"hook {name} takes {hook.per_minute}/min")
+        now, session, text = dt.datetime.now(dt.UTC), session_of(name, hook), body.decode()
         try:
             event_id = await asyncio.to_thread(
-                self.store.accept, name, sent.strip(), text, session_of(name, hook), now
+                self.store.accept, name, signature, text, session, now
             )
         except DatabaseBusyError:
+            rate.refund("events")
             resp = error(503, "the database is busy; send the event again in a moment")
             resp.headers["Retry-After"] = str(BUSY_RETRY_S)
             return resp
         if event_id is None:
+            rate.refund("events")  # nothing new was accepted
             log_event("hook_refused", hook=name, status=409, source=source)
             return error(409, "this signature was accepted before: a replay")
-        event = await asyncio.to_thread(self.store.get, event_id)
-        if event is not None:
-            self.worker.submit(event)
+        self.worker.submit(HookEvent(event_id, name, text, session, now, "pending"))
         log_event("hook_accepted", hook=name, event_id=event_id, bytes=len(body))
         return web.json_response({"accepted": True, "hook": name, "event": event_id}, status=202)
+
+    async def _signed(
+        self, request: web.Request, name: str, hook: HookConfig, source: str
+    ) -> tuple[bytes, str]:
+        """(the body, its signature) when the hook's secret signed it just now; else
+        ApiError: 413 or 408 for the body, 401 (slowed) for the signature."""
+        body = await capped_body(request, hook.max_body_bytes)
+        sent = request.headers.get(SIGNATURE_HEADER, "")
+        stamp = request.headers.get(TIMESTAMP_HEADER)
+        wrong = problem(hook.secret, stamp, sent, body, window=hook.replay_window)
+        if wrong is not None:
+            log_event("hook_refused", hook=name, status=401, source=source)
+            await asyncio.sleep(FAILURE_DELAY_S)
+            raise ApiError(401, wrong)
+        return body, sent.strip()
 
 
 async def receive(request: web.Request) -> web.StreamResponse:
