@@ -7,5 +7,5 @@ table: an event is committed before it is acknowledged and runs at most once), `
 (the hook's template around the event, as untrusted data), ``target`` (where results go: a
 scheduler delivery target), ``worker`` (the turns, in tracked tasks, results delivered through
 the scheduler's router), ``rules`` (what ``luna doctor`` and the web's start check) and
-``cli`` (``luna hooks list|sign|send``). Settings: ``luna.config.hooks``.
+``cli`` (``luna hooks list|sign|test``). Settings: ``luna.config.hooks``.
 """
