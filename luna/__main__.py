@@ -35,6 +35,7 @@ _COMMANDS = {
     "stats": "luna.observe.stats",
     "schedule": "luna.scheduler.cli",
     "skills": "luna.skills.cli",
+    "hooks": "luna.hooks.cli",
 }
 _COMMAND_MODULES = tuple(dict.fromkeys(_COMMANDS.values()))
 

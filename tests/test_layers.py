@@ -13,7 +13,8 @@ from tests.luna_process import REPO
 
 LUNA = REPO / "luna"
 # package -> packages it must never import. Front-ends sit on top; app.py and __main__.py
-# compose everything; doctor may probe any part below the front-ends.
+# compose everything; doctor may probe any part below the front-ends; hooks (webhook events)
+# stand on the scheduler's deliveries, under the web front-end that receives them.
 ABOVE_OBSERVE = {
     "agent",
     "llm",
@@ -24,18 +25,21 @@ ABOVE_OBSERVE = {
     "doctor",
     "scheduler",
     "skills",
+    "hooks",
 }
 FORBIDDEN: dict[str, set[str]] = {
     "config": ABOVE_OBSERVE | {"observe"},
     "observe": ABOVE_OBSERVE,
-    "llm": {"agent", "memory", "tools", "mcp", "frontends", "doctor", "scheduler"},
-    "memory": {"agent", "tools", "mcp", "frontends", "doctor", "scheduler"},
-    "tools": {"agent", "mcp", "frontends", "doctor", "scheduler"},
-    "mcp": {"agent", "frontends", "doctor", "scheduler"},
-    "agent": {"frontends", "doctor", "mcp", "scheduler"},
-    "scheduler": {"frontends", "doctor"},
+    "llm": {"agent", "memory", "tools", "mcp", "frontends", "doctor", "scheduler", "hooks"},
+    "memory": {"agent", "tools", "mcp", "frontends", "doctor", "scheduler", "hooks"},
+    "tools": {"agent", "mcp", "frontends", "doctor", "scheduler", "hooks"},
+    "mcp": {"agent", "frontends", "doctor", "scheduler", "hooks"},
+    "agent": {"frontends", "doctor", "mcp", "scheduler", "hooks"},
+    "scheduler": {"frontends", "doctor", "hooks"},
+    "hooks": {"frontends", "doctor"},
     "doctor": {"frontends"},
-    "skills": {"agent", "llm", "memory", "tools", "mcp", "frontends", "doctor", "scheduler"},
+    "skills": {"agent", "llm", "memory", "tools", "mcp", "frontends", "doctor", "scheduler",
+               "hooks"},
 }  # fmt: skip
 LEAVES = {"messages.py": {"*"}, "errors.py": {"*"}}  # import no other Luna module
 # Inside luna.memory: part -> the parts it must never import ("facade" is luna/memory/__init__,

@@ -89,6 +89,11 @@ def _check_key(key: str) -> tuple[str, str]:
             f"config: {key} is a secret; set {SECRET_KEYS[key]} in the environment instead"
         )
     section, _, name = key.partition(".")
+    if section == "hooks":
+        raise ConfigError(
+            "config: each webhook is a [hooks.NAME] table of its own: edit config.toml (its "
+            "commented [hooks.door] example shows every key)"
+        )
     if section in SECTIONS and not name:
         example = next(iter(SECTIONS[section].model_fields))
         raise ConfigError(

@@ -28,7 +28,9 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
+from luna.config.hooks import NAME_RE, HookConfig, secret_var
 from luna.config.schema import SECRET_KEYS, SECTIONS, Config
+from luna.config.section import Section
 from luna.errors import ConfigError, did_you_mean
 
 # Environment variable -> key path it overrides.
@@ -46,14 +48,19 @@ ENV_OVERRIDES = {
 }
 
 
+def _model(section: str) -> type[Section]:
+    """The model of a section: a SECTIONS entry, or a hook's table (``hooks.NAME``)."""
+    return HookConfig if section.startswith("hooks.") else SECTIONS[section]
+
+
 def field_types(section: str) -> dict[str, Any]:
     """The annotation of every key in a section."""
-    return {name: f.annotation for name, f in SECTIONS[section].model_fields.items()}
+    return {name: f.annotation for name, f in _model(section).model_fields.items()}
 
 
 def bounds_of(section: str, key: str) -> str:
     """The allowed range of a numeric key as text (``"1 ≤ x ≤ 86400"``), or ``""``."""
-    field = SECTIONS[section].model_fields.get(key)
+    field = _model(section).model_fields.get(key)
     low = high = ""
     for item in field.metadata if field is not None else []:
         if (v := getattr(item, "ge", None)) is not None:
@@ -103,7 +110,7 @@ def _describe(error: ErrorDetails, env_sources: dict[str, str]) -> str:
         if len(loc) == 1:
             return f"unknown section [{loc[0]}]{did_you_mean(str(loc[0]), SECTIONS)}"
         section, key = str(loc[0]), str(loc[1])
-        return f"unknown key {section}.{key}{did_you_mean(key, SECTIONS[section].model_fields)}"
+        return f"unknown key {section}.{key}{did_you_mean(key, _model(section).model_fields)}"
     if not loc:  # a model-level rule (e.g. bash_timeout <= bash_max_timeout)
         return str(error["msg"]).removeprefix("Value error, ")
     if len(loc) == 1:
@@ -209,6 +216,7 @@ def build_config(
                 )
             sources[dotted] = "file"
     _refuse_server_keys(values.get("llm"))
+    hooks = _load_hooks(values.pop("hooks", {}), env)
     env_sources: dict[str, str] = {}
     for var, dotted in ENV_OVERRIDES.items():
         if env.get(var):
@@ -235,10 +243,56 @@ def build_config(
     extra += tuple(s.api_key for s in sections["llm"].servers if s.api_key)
     if sections["memory"].embedding_endpoint_key:
         extra += (sections["memory"].embedding_endpoint_key,)
+    extra += tuple(h.secret for h in hooks.values() if h.secret)
     no_color = bool(env.get("NO_COLOR"))  # present and not empty, whatever its value
     return cfg.model_copy(
-        update={**sections, "sources": sources, "extra_secrets": extra, "no_color": no_color}
+        update={
+            **sections,
+            "hooks": hooks,
+            "sources": sources,
+            "extra_secrets": extra,
+            "no_color": no_color,
+        }
     )
+
+
+def _load_hooks(raw: Any, env: dict[str, str]) -> dict[str, HookConfig]:
+    """The ``[hooks.NAME]`` tables, validated, each with its secret from the environment (an
+    unset secret stays empty here: ``luna doctor`` and the web front-end's start refuse it)."""
+    if not isinstance(raw, dict):
+        raise ConfigError("config: [hooks] must hold one table per hook, like [hooks.door]")
+    hooks: dict[str, HookConfig] = {}
+    readers: dict[str, str] = {}  # secret variable -> the hook reading it
+    for name, table in raw.items():
+        where = f"hooks.{name}"
+        if not NAME_RE.fullmatch(name):
+            raise ConfigError(
+                f"config: [{where}]: a hook's name is 1-40 letters, digits, _ and - "
+                "(it is part of the URL /hooks/NAME)"
+            )
+        if not isinstance(table, dict):
+            raise ConfigError(f"config: [{where}] must be a table of settings (prompt = ...)")
+        if "secret" in table:
+            var = secret_var(name, HookConfig(secret_env=str(table.get("secret_env") or "")))
+            raise ConfigError(
+                f"config: {where}.secret is a secret; set {var} in the environment (or the "
+                "systemd EnvironmentFile) instead of config.toml"
+            )
+        try:
+            hook = HookConfig.model_validate(table)
+        except ValidationError as e:
+            first = e.errors()[0]
+            first["loc"] = (where, *first["loc"])
+            raise ConfigError(f"config: {_describe(first, {})}") from None
+        var = secret_var(name, hook)
+        if var in readers:
+            raise ConfigError(
+                f"config: hooks {readers[var]} and {name} would both read their secret from "
+                f"{var}; give one of them its own secret_env"
+            )
+        readers[var] = name
+        hooks[name] = hook.model_copy(update={"secret": env.get(var, "")})
+    return hooks
 
 
 def _refuse_server_keys(llm: Any) -> None:
@@ -292,6 +346,13 @@ def effective_items(cfg: Config) -> list[tuple[str, Any, str]]:
             elif isinstance(value, list):
                 value = [str(v) for v in value]
             rows.append((dotted, value, cfg.sources.get(dotted, "default")))
+    for name, hook in cfg.hooks.items():
+        for key in type(hook).model_fields:
+            value = getattr(hook, key)
+            source = "file"
+            if key == "secret":
+                value, source = mask_secret(value), f"env {secret_var(name, hook)}"
+            rows.append((f"hooks.{name}.{key}", value, source))
     return rows
 
 

@@ -4,8 +4,9 @@ Invariants:
 - Every key has a default, so Luna runs with no config file at all; config.toml documents each.
 - Every numeric key has bounds (checked at load and by ``config set``); floats must be finite.
 - Field names are the TOML keys; a section model refuses unknown keys.
-- Secrets (``llm.api_key``, ``discord.token``, ``web.token``) are plain fields filled from the
-  environment only (the loader refuses them in a file) and never appear in ``repr``.
+- Secrets (``llm.api_key``, ``discord.token``, ``web.token``, each hook's ``secret``) are plain
+  fields filled from the environment only (the loader refuses them in a file) and never appear
+  in ``repr``.
 - Paths are stored as given here; the loader makes them absolute against the config's folder.
 """
 
@@ -16,6 +17,9 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from luna.config.hooks import HookConfig
+from luna.config.section import Section
 
 # Who may run a tool: freely, after the owner approves, or never. The one definition.
 PermissionLevel = Literal["allow", "ask", "deny"]
@@ -34,26 +38,6 @@ DAY = 86_400.0
 
 Seconds = Annotated[float, Field(gt=0, le=DAY)]
 NonEmpty = Annotated[str, Field(min_length=1)]
-
-
-def _clean_path(value: object) -> object:
-    if isinstance(value, str) and not value.strip():
-        raise ValueError("must not be empty")
-    return value
-
-
-class Section(BaseModel):
-    """Frozen, strict about unknown keys, no infinities or NaNs."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_empty_paths(cls, value: object, info: object) -> object:
-        field = cls.model_fields.get(getattr(info, "field_name", ""))
-        if field is not None and field.annotation is Path:
-            return _clean_path(value)
-        return value
 
 
 Role = Literal["chat", "background", "subagent"]
@@ -369,6 +353,8 @@ class Config(BaseModel):
     web: WebConfig = Field(default_factory=WebConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     skills: SkillsConfig = Field(default_factory=SkillsConfig)
+    # Webhooks, by name: the [hooks.NAME] tables (luna.config.hooks; not in SECTIONS).
+    hooks: dict[str, HookConfig] = Field(default_factory=dict)
     # Where the config came from and where each value came from (key path -> source).
     path: Path | None = None
     base_dir: Path = Path(".")

@@ -1,10 +1,11 @@
 """Shape checks for secrets, which never leave the environment: is this a Discord bot token,
-and is ``LUNA_WEB_TOKEN`` worth the name?
+and is ``LUNA_WEB_TOKEN`` (or a webhook's secret) worth the name?
 
 No network: a Discord token is checked by its form only (three base64url segments, the first
 decoding to the bot's numeric id), so a copy-paste mistake is caught before Luna connects
 anywhere. The web token is checked for length and for the variety a random secret has
-(:func:`web_token_problem`, the one rule the web front-end and ``luna doctor`` both apply).
+(:func:`web_token_problem`, the one rule the web front-end and ``luna doctor`` both apply);
+a webhook's secret by the same measure, with a higher bar (:func:`hook_secret_problem`).
 
 Invariant: patterns match the whole value (``fullmatch``): a trailing newline is not a match.
 """
@@ -89,4 +90,25 @@ def web_token_problem(token: str) -> str | None:
             "LUNA_WEB_TOKEN has too little variety to be a secret (repeated, periodic or "
             "counting characters)"
         )
+    return None
+
+
+HOOK_SECRET_MIN_CHARS = 32
+# A random secret of 32 characters scores far above this (secrets.token_hex(16): 94 at the
+# least in 20,000 draws; token_urlsafe(24): 127); one made of a short repeated or counting
+# pattern scores under it.
+HOOK_SECRET_MIN_BITS = 64.0
+HOW_TO_MAKE_HOOK_SECRET = "make one with: openssl rand -hex 32"
+
+
+def hook_secret_problem(secret: str, var: str) -> str | None:
+    """Why ``secret`` (read from ``var``) cannot sign a webhook's events (one line), or None."""
+    if not secret:
+        return f"{var} is not set"
+    if secret != secret.strip():
+        return f"{var} starts or ends with whitespace (a copy-paste slip?)"
+    if len(secret) < HOOK_SECRET_MIN_CHARS:
+        return f"{var} is shorter than {HOOK_SECRET_MIN_CHARS} characters"
+    if web_token_bits(secret) < HOOK_SECRET_MIN_BITS:
+        return f"{var} has too little variety to be a secret (repeated or counting characters)"
     return None

@@ -59,14 +59,29 @@ def reminder_text(task: Task) -> str:
 def result_text(task: Task, outcome: RunOutcome) -> str:
     head = "💓 Heartbeat" if task.kind == "heartbeat" else f"🗓️ Task #{task.id}: {task.label}"
     body = outcome.reply.strip() or "(no answer)"
-    text = f"{head}\n{body}"
-    if outcome.denied:
-        names = ", ".join(outcome.denied)
-        text += (
-            f"\n(Not run: {names}: needs approval, and nobody can approve a scheduled run. "
-            "Allow it in tools.permissions to let scheduled runs use it.)"
-        )
-    return text
+    return f"{head}\n{body}{denied_note(outcome.denied, 'scheduled run')}"
+
+
+def denied_note(denied: tuple[str, ...], run: str) -> str:
+    """The line after an unattended run's result naming the tools it could not run (``run``:
+    what kind of run, singular: "scheduled run")."""
+    if not denied:
+        return ""
+    return (
+        f"\n(Not run: {', '.join(denied)}: needs approval, and nobody can approve a {run}. "
+        f"Allow it in tools.permissions to let {run}s use it.)"
+    )
+
+
+def asked_tools(registry: Any, names: list[str], frontend: str) -> tuple[str, ...]:
+    """The tools among ``names`` at level ``ask`` on ``frontend``: in a run nobody can
+    approve, each of them was denied."""
+    out = []
+    for name in dict.fromkeys(names):
+        info = registry.get(name)
+        if info is not None and registry.level_for(info, frontend) == "ask":
+            out.append(name)
+    return tuple(out)
 
 
 class TurnExecutor:
@@ -123,13 +138,7 @@ class TurnExecutor:
         return RunOutcome(reply=reply, error=error, denied=self._denied(wanted, frontend))
 
     def _denied(self, names: list[str], frontend: str) -> tuple[str, ...]:
-        """The tools among ``names`` at level ``ask`` here: with no approver, each was denied."""
-        out = []
-        for name in dict.fromkeys(names):
-            info = self.registry.get(name)
-            if info is not None and self.registry.level_for(info, frontend) == "ask":
-                out.append(name)
-        return tuple(out)
+        return asked_tools(self.registry, names, frontend)
 
 
 def _read_checklist(path: Path) -> str:

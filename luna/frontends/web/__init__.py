@@ -6,11 +6,12 @@ OpenAI-compatible API and how resent history maps onto the session log), ``luna_
 ``admin_api`` (Luna's JSON endpoints over the code the CLI uses), ``turns`` (background turns),
 ``events`` (agent events as JSON and SSE), ``approvals`` (approve/deny from the page),
 ``inputs`` (bodies, ids and numbers checked at the door), ``throttle`` and ``peers`` (token
-attempts per source; who the source is behind a trusted proxy), and ``static/`` (the page:
+attempts per source; who the source is behind a trusted proxy), ``hooks_api`` (signed
+webhook events from other programs, ``POST /hooks/NAME``), and ``static/`` (the page:
 plain ES modules, vendored Chart.js, marked and DOMPurify).
 
 Invariant: the page and every API answer only to the ``LUNA_WEB_TOKEN`` bearer token or a
-login made with it; nothing below this package imports it.
+login made with it (a webhook only to its own secret); nothing below this package imports it.
 """
 
 from luna.frontends.web.server import WebFrontend, check, make

@@ -26,7 +26,8 @@ Invariants:
   attempt from its source's bucket (:mod:`luna.frontends.web.throttle`) before the comparison;
   a wrong one is slowed and keeps it spent, the right one gets it back. Sources and HTTPS come
   from :mod:`luna.frontends.web.peers` (forwarded headers only from ``web.trusted_proxies``).
-- Only the page's static files and ``/login`` are reachable without the token.
+- Only the page's static files, ``/login`` and ``/hooks/NAME`` are reachable without the token;
+  a webhook proves itself with its own secret (``hooks_api``) and reaches nothing else.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ FAILURE_DELAY_S = 0.25
 URL_TOKEN_PARAMS = ("token", "access_token", "api_key", "key", "auth")
 AUTH: web.RequestKey[str] = web.RequestKey("luna_auth", str)  # "bearer" or "cookie"
 PUBLIC_PATHS = ("/", "/login", "/favicon.ico")
+HOOKS_PREFIX = "/hooks/"  # POST /hooks/NAME: signed with the hook's secret (hooks_api)
 SAFE_METHODS = ("GET", "HEAD")
 
 CSP = (
@@ -168,7 +170,9 @@ def is_same_origin(request: web.Request) -> bool:
 
 
 def _is_public(request: web.Request) -> bool:
-    return request.path in PUBLIC_PATHS or request.path.startswith("/static/")
+    """The page's files, ``/login``, and webhooks (each guarded by its own secret)."""
+    path = request.path
+    return path in PUBLIC_PATHS or path.startswith(("/static/", HOOKS_PREFIX))
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -1,6 +1,7 @@
 """What a request may carry into Luna, checked once at the door: JSON bodies, ids, numbers.
 
-Job: :func:`json_body` (every handler that reads a body uses it), :func:`path_id` (every id
+Job: :func:`json_body` (every handler that reads a body uses it; a webhook reads its bytes
+with :func:`capped_body` and checks them with :func:`parse_json`), :func:`path_id` (every id
 in a path), :func:`query_int` (every integer in a query string); :class:`ApiError` is how
 they, and any handler, refuse a request.
 
@@ -65,18 +66,43 @@ async def json_body(request: web.Request) -> dict[str, Any]:
         raise ApiError(408, f"the body took longer than {BODY_TIMEOUT_S:g} s to arrive") from None
     except web.HTTPRequestEntityTooLarge:
         raise ApiError(413, f"the body is larger than {request.client_max_size:,} bytes") from None
+    body = parse_json(raw)
+    if not isinstance(body, dict):
+        raise ApiError(400, "send a JSON object")
+    return body
+
+
+def parse_json(raw: bytes) -> Any:
+    """The JSON value in ``raw``, checked (see the module invariants), or ApiError 400."""
     try:
-        body = json.loads(raw.decode("utf-8"))
+        value = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise ApiError(400, "the body is not UTF-8") from None
     except RecursionError:
         raise ApiError(400, f"the JSON is nested deeper than {MAX_JSON_DEPTH} levels") from None
     except ValueError:
         raise ApiError(400, "the body is not valid JSON") from None
-    if not isinstance(body, dict):
-        raise ApiError(400, "send a JSON object")
-    _check(body)
-    return body
+    _check(value)
+    return value
+
+
+async def capped_body(request: web.Request, cap: int) -> bytes:
+    """The request's body, refused (413) past ``cap`` bytes before more is read: a declared
+    length over the cap is refused unread, a chunked body as soon as it passes the cap."""
+    if request.content_length is not None and request.content_length > cap:
+        raise ApiError(413, f"the body is larger than {cap:,} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async with asyncio.timeout(BODY_TIMEOUT_S):
+            while chunk := await request.content.read(cap + 1 - size):
+                size += len(chunk)
+                if size > cap:
+                    raise ApiError(413, f"the body is larger than {cap:,} bytes")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise ApiError(408, f"the body took longer than {BODY_TIMEOUT_S:g} s to arrive") from None
+    return b"".join(chunks)
 
 
 def path_id(request: web.Request, name: str, what: str) -> int:

@@ -7,13 +7,14 @@ Starlette would add two packages for the same features); and it streams response
 natively. The page is plain static files: no build step.
 
 Invariants:
-- ``check(cfg)`` refuses to start without a usable ``LUNA_WEB_TOKEN`` and says how to set one.
+- ``check(cfg)`` refuses to start without a usable ``LUNA_WEB_TOKEN`` and says how to set one,
+  and with a webhook that cannot work (``luna.hooks.rules``: its secret, its target).
 - It listens on ``web.host`` (127.0.0.1 unless configured) and prints one line with its URL,
   and one warning when that is reachable beyond this machine without TLS in front (the rule
   ``luna doctor`` applies, ``luna.doctor.web.exposure``).
-- ``run(stop)``: once ``stop`` is set it takes no new turns, denies pending approvals, lets
-  running turns finish within ``agent.shutdown_grace`` (the agent's drain), ends the event
-  streams, then closes the listener.
+- ``run(stop)``: once ``stop`` is set it takes no new turns (nor webhook events), denies
+  pending approvals, lets running turns finish within ``agent.shutdown_grace`` (the agent's
+  drain), ends the event streams, then closes the listener.
 - A port it cannot bind stops Luna with one line (LunaError), not a traceback.
 - A connection that has not sent a whole request head within ``web.header_timeout`` seconds
   (of opening, or of its last answer) is closed.
@@ -33,7 +34,14 @@ from aiohttp import web
 from luna.config import Config
 from luna.doctor.web import exposure
 from luna.errors import ConfigError, LunaError
-from luna.frontends.web import admin_api, luna_api, openai_api, schedules_api, skills_api
+from luna.frontends.web import (
+    admin_api,
+    hooks_api,
+    luna_api,
+    openai_api,
+    schedules_api,
+    skills_api,
+)
 from luna.frontends.web.approvals import ApprovalBroker
 from luna.frontends.web.auth import (
     HOW_TO_SET,
@@ -45,8 +53,12 @@ from luna.frontends.web.auth import (
     token_problem,
 )
 from luna.frontends.web.events import EventHub
+from luna.frontends.web.hooks_api import HookDoor
 from luna.frontends.web.state import STATE, WebState
 from luna.frontends.web.turns import TurnRunner
+from luna.hooks.rules import hook_problems, scheduler_problem
+from luna.hooks.store import HookStore
+from luna.hooks.worker import HookWorker
 from luna.observe import log_event
 
 log = logging.getLogger(__name__)
@@ -63,6 +75,13 @@ def check(cfg: Config, mode: str = "auto") -> None:
     if problem:
         way_out = "" if mode == "web" else ", or set web.enabled = false"
         raise ConfigError(f"web: {problem}; {HOW_TO_SET}{way_out}")
+    hooks = scheduler_problem(cfg)
+    if hooks is not None:
+        raise ConfigError(f"web: {hooks.text}; {hooks.fix}")
+    for name, hook in cfg.hooks.items():
+        for p in hook_problems(cfg, name, hook):
+            if p.essential:
+                raise ConfigError(f"web: hook {name}: {p.text}; {p.fix}")
 
 
 async def index(request: web.Request) -> web.FileResponse:
@@ -84,6 +103,7 @@ def build_app(st: WebState) -> web.Application:
             *admin_api.routes(),
             *schedules_api.routes(),
             *skills_api.routes(),
+            *hooks_api.routes(),
             web.static("/static", STATIC_DIR, show_index=False, follow_symlinks=False),
         ]
     )
@@ -114,6 +134,12 @@ class WebFrontend:
             runner=runner,
             scheduler=getattr(parts, "scheduler", None),
         )
+        self.hook_worker: HookWorker | None = None
+        if cfg.hooks:
+            store = HookStore(parts.memory.store)
+            router = self.state.scheduler.router if self.state.scheduler is not None else None
+            self.hook_worker = HookWorker(cfg, parts.agent, parts.registry, store, router)
+            self.state.hooks = HookDoor(cfg, store, self.hook_worker, self.state.guard.peers)
         self._runner: web.AppRunner | None = None
         self.url = ""
 
@@ -129,11 +155,16 @@ class WebFrontend:
             keepalive_timeout=self.cfg.web.header_timeout,
         )
         await self._runner.setup()
+        if self.hook_worker is not None:  # events a stopped process left: before new ones
+            await self.hook_worker.start()
         site = web.TCPSite(self._runner, self.cfg.web.host, self.cfg.web.port)
         try:
             await site.start()
         except OSError as e:
             await self._runner.cleanup()
+            if self.hook_worker is not None:
+                self.hook_worker.stop()
+                await self.hook_worker.wait(CLOSE_TIMEOUT_S)
             raise LunaError(
                 f"web: cannot listen on {self.cfg.web.host}:{self.cfg.web.port} "
                 f"({e.strerror or e}); choose another web.port or stop what uses it"
@@ -173,7 +204,12 @@ class WebFrontend:
             st.scheduler.router.unregister("web")
         st.runner.stop()
         st.broker.deny_all()
-        await st.runner.wait(self.cfg.agent.shutdown_grace + CLOSE_TIMEOUT_S)
+        deadline = self.cfg.agent.shutdown_grace + CLOSE_TIMEOUT_S
+        if self.hook_worker is not None:
+            self.hook_worker.stop()
+            await asyncio.gather(st.runner.wait(deadline), self.hook_worker.wait(deadline))
+        else:
+            await st.runner.wait(deadline)
         st.hub.close()
         if self._runner is not None:
             runner, self._runner = self._runner, None

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -16,6 +16,9 @@ from luna.frontends.web.approvals import ApprovalBroker
 from luna.frontends.web.auth import Guard
 from luna.frontends.web.events import EventHub
 from luna.frontends.web.turns import TurnRunner
+
+if TYPE_CHECKING:  # it reaches the state through ``state(request)``
+    from luna.frontends.web.hooks_api import HookDoor
 
 
 @dataclass
@@ -29,6 +32,7 @@ class WebState:
     broker: ApprovalBroker
     runner: TurnRunner
     scheduler: Any = None  # luna.scheduler.service.SchedulerService, or None when it is off
+    hooks: HookDoor | None = None  # None when no [hooks.*] is configured
     doctor_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 

@@ -3,6 +3,8 @@
 Job: :class:`Throttle` holds, per source (see :mod:`luna.frontends.web.peers`), a bucket of
 ``MAX_FAILURES`` attempts that refills at ``MAX_FAILURES`` a minute. Every request that offers
 a token (a bearer header or ``POST /login``) takes one attempt *before* the token is compared.
+The same buckets, of another size, limit webhook signatures per source and events per hook
+(:mod:`luna.frontends.web.hooks_api`).
 
 Invariants:
 - ``take`` is synchronous and comes before anything awaits, so concurrent guesses can never
@@ -32,13 +34,21 @@ MAX_SOURCES = 10_000
 class Throttle:
     """Attempt buckets per source; see the module docstring."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        capacity: int = MAX_FAILURES,
+        window_s: float = WINDOW_S,
+    ) -> None:
         self._clock = clock
+        self.capacity = float(capacity)  # a burst; then ``capacity`` per ``window_s``
+        self.refill_s = window_s / capacity
         self._buckets: dict[str, tuple[float, float]] = {}  # source -> (attempts left, at)
 
     def _level(self, source: str, now: float) -> float:
-        left, at = self._buckets.get(source, (float(MAX_FAILURES), now))
-        return min(float(MAX_FAILURES), left + (now - at) / REFILL_S)
+        left, at = self._buckets.get(source, (self.capacity, now))
+        return min(self.capacity, left + (now - at) / self.refill_s)
 
     def take(self, source: str) -> bool:
         """Spend one attempt of ``source``; False (spend nothing) when none is left."""
@@ -54,15 +64,15 @@ class Throttle:
     def refund(self, source: str) -> None:
         """Give back the attempt the right token took."""
         now = self._clock()
-        self._buckets[source] = (min(float(MAX_FAILURES), self._level(source, now) + 1), now)
+        self._buckets[source] = (min(self.capacity, self._level(source, now) + 1), now)
 
     def retry_after(self, source: str) -> int:
         """Whole seconds until ``source`` has an attempt again (at least 1)."""
         missing = 1 - self._level(source, self._clock())
-        return max(1, math.ceil(missing * REFILL_S))
+        return max(1, math.ceil(missing * self.refill_s))
 
     def _prune(self, now: float) -> None:
-        full = [s for s in self._buckets if self._level(s, now) >= MAX_FAILURES]
+        full = [s for s in self._buckets if self._level(s, now) >= self.capacity]
         for source in full:
             del self._buckets[source]
         if len(self._buckets) >= MAX_SOURCES:

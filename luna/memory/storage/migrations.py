@@ -260,4 +260,27 @@ MIGRATIONS: list[Migration] = [
                WHERE embedded = 1""",
         ],
     ),
+    (
+        "m009_hook_events",
+        [
+            # Webhook events (luna.hooks.store): committed before the caller hears 202, run
+            # once; (hook, signature) is unique, so a replayed request is refused.
+            """CREATE TABLE hook_events (
+                id INTEGER PRIMARY KEY AUTOINCREMENT,
+                hook TEXT NOT NULL,
+                signature TEXT NOT NULL,
+                body TEXT NOT NULL,
+                session_id TEXT NOT NULL,
+                received_at TEXT NOT NULL,
+                state TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'running',
+                    'done', 'silent', 'failed', 'interrupted')),
+                started_at TEXT,
+                finished_at TEXT,
+                reply TEXT,
+                error TEXT,
+                UNIQUE (hook, signature)
+            )""",
+            "CREATE INDEX hook_events_state ON hook_events(state, id)",
+        ],
+    ),
 ]

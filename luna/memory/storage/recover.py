@@ -46,6 +46,7 @@ BASE_TABLES = (
     "task_runs",
     "deliveries",
     "session_heads",
+    "hook_events",
 )
 SQLITE_HEADER = b"SQLite format 3\x00"
 REPORTED = ("messages", "memories", "sessions", "summaries", "scheduled_tasks")

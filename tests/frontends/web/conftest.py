@@ -88,7 +88,9 @@ def _no_web_token(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 async def web_luna(luna_config: Callable[..., Config]) -> AsyncIterator[Callable[..., Any]]:
     started: list[tuple[WebFrontend, asyncio.Event, asyncio.Task[None], Memory, LLMClient]] = []
 
-    async def make(data: dict | None = None, *, scheduler: bool = False) -> WebLuna:
+    async def make(
+        data: dict | None = None, *, scheduler: bool = False, env: dict[str, str] | None = None
+    ) -> WebLuna:
         base = {
             "web": {"enabled": True, "port": 0},
             "memory": {"embedding_process": False},
@@ -96,7 +98,7 @@ async def web_luna(luna_config: Callable[..., Config]) -> AsyncIterator[Callable
         }
         for key, value in (data or {}).items():
             base[key] = {**base.get(key, {}), **value}
-        cfg = luna_config(base, env={"LUNA_WEB_TOKEN": TOKEN})
+        cfg = luna_config(base, env={"LUNA_WEB_TOKEN": TOKEN, **(env or {})})
         observe.setup(cfg.observe.log_dir, console=False, secrets=secret_values(cfg))
         memory = Memory(cfg.memory)
         key = (cfg.memory.embedding_model, cfg.memory.embedding_dim)
