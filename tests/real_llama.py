@@ -15,7 +15,12 @@ Helpers speak the server's own endpoints: ``render`` (/apply-template), ``tokeni
 ``complete`` (/completion with ``n_predict: 0``: evaluates a prompt into the cache, which is
 how a scripted model's output can be made to sit in the cache exactly as if generated).
 
-Nothing here skips: a missing binary fails with the command that builds it.
+With ``vision=True`` the server also loads a tiny Gemma 3 vision projector with random
+weights (``--mmproj``, built by ``.ci/vision_model.py``): its answers are noise, but its image
+handling, image tokens and cache are the server's own; ``/props`` reports
+``modalities.vision: true``.
+
+Nothing here skips: a missing binary or projector fails with the command that builds it.
 """
 
 from __future__ import annotations
@@ -44,6 +49,23 @@ def model_path(cache: Path) -> Path:
     return ensure_model(cache)
 
 
+def vision_projector() -> Path:
+    """The cached tiny vision projector (``.ci/vision_model.py`` builds it; so does
+    ``.ci/install --dev``)."""
+    script = REPO / ".ci" / "vision_model.py"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--print-cache"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    projector = Path(proc.stdout.strip()) / "mmproj-gemma3-tiny-random.gguf"
+    if not projector.is_file():
+        raise RuntimeError(f"no vision projector at {projector}: run `python3 {script}`")
+    return projector
+
+
 class RealLlama:
     """One llama-server process (synchronous start/stop, usable from any event loop)."""
 
@@ -58,6 +80,7 @@ class RealLlama:
         extra: tuple[str, ...] = (),
         cache_ram: int = 0,
         swa_full: bool = False,
+        vision: bool = False,
     ) -> None:
         binary = default_binary()
         if not binary.exists():
@@ -75,6 +98,7 @@ class RealLlama:
             *("--jinja", "--chat-template-file", str(self.template)),
             *("--reasoning-format", "deepseek", "--cache-ram", str(cache_ram)),
             *("--cache-reuse", "0", "-t", "2", *(["--swa-full"] if swa_full else []), *extra),
+            *(("--mmproj", str(vision_projector())) if vision else ()),
             # Trace level: the log then names every context checkpoint made and restored,
             # which is how a test shows why the server prefilled what it did.
             *("--log-verbosity", "4"),
