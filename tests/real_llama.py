@@ -177,10 +177,14 @@ class RealLlama:
         r.raise_for_status()
         return r.json()["tokens"]
 
-    def complete(self, prompt: str, slot: int | None = None) -> dict[str, Any]:
+    def complete(
+        self, prompt: str, slot: int | None = None, images: list[str] | None = None
+    ) -> dict[str, Any]:
         """Evaluate ``prompt`` into a slot's cache (``slot``, or the one the server picks);
-        returns the server's timings."""
-        body: dict[str, Any] = {"prompt": prompt, "n_predict": 0, "cache_prompt": True}
+        returns the server's timings. ``images`` (base64, in order) fill the prompt's media
+        markers, as a rendered chat request with image parts has them."""
+        text: Any = {"prompt_string": prompt, "multimodal_data": images} if images else prompt
+        body: dict[str, Any] = {"prompt": text, "n_predict": 0, "cache_prompt": True}
         if slot is not None:
             body["id_slot"] = slot
         r = self.post("/completion", body)

@@ -18,6 +18,9 @@ import base64
 from typing import Any
 
 IMAGE_WITHHELD = "[an image was here; this model cannot see images]"
+# What one image counts as when a request is sized, in characters: about 1,000 tokens at three
+# characters a token, what Qwen3.5 pays for an image at the default longest side (README).
+IMAGE_CHARS = 3000
 VISION_HINT = (
     "start llama-server with the model's vision projector, --mmproj FILE (for Qwen3.5 the "
     "mmproj-*.gguf next to the model), and `luna doctor` shows vision: yes"
@@ -49,6 +52,20 @@ def count_images(messages: list[dict[str, Any]]) -> int:
         for part in m["content"]
         if is_image_part(part)
     )
+
+
+def for_sizing(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` with each image's data replaced by ``IMAGE_CHARS`` characters: what a
+    request is sized by (an image costs its tokens, not the length of its base64)."""
+    if not count_images(messages):
+        return messages
+    stand_in = {"type": "image_url", "image_url": {"url": "x" * IMAGE_CHARS}}
+    return [
+        {**m, "content": [stand_in if is_image_part(p) else p for p in m["content"]]}
+        if isinstance(m.get("content"), list)
+        else m
+        for m in messages
+    ]
 
 
 def without_images(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -27,7 +27,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -333,8 +333,7 @@ class ToolRegistry:
         result = raw if isinstance(raw, ToolResult) else ToolResult(str(raw), False)
         for secret in secret_values(self.cfg):
             if secret in result.content:
-                content = result.content.replace(secret, "***")
-                result = ToolResult(content, result.is_error, result.trusted)
+                result = replace(result, content=result.content.replace(secret, "***"))
         if not shape or (result.trusted and info.native):
             return result
         text = await shape_output(
@@ -344,7 +343,8 @@ class ToolRegistry:
             cfg=self.cfg,
             llm=ctx.llm,
         )
-        return ToolResult(wrap_untrusted(text, info.name), result.is_error)
+        # The images (an MCP image result) pass as they are: the model sees them, not text.
+        return ToolResult(wrap_untrusted(text, info.name), result.is_error, images=result.images)
 
     def validate(self, info: ToolInfo, args: dict[str, Any]) -> str | None:
         if info.validator is None:
