@@ -37,6 +37,7 @@ from typing import Any
 
 from luna import observe
 from luna.agent.calls import run_round, vet_calls
+from luna.agent.describer import ImageDescriber
 from luna.agent.fit import ContextFit
 from luna.agent.head import Head, SessionHeads
 from luna.agent.prompt import (
@@ -118,7 +119,8 @@ class Agent:
         self.registry = registry
         self.librarian = librarian
         self.requests = requests  # what was sent, for `luna doctor cache` and `luna replay`
-        self.sight = Sight(llm, images)  # images: by content hash (None: lines instead)
+        describer = ImageDescriber(self.background_llm, memory, images) if images else None
+        self.sight = Sight(llm, images, describer)  # images by content hash; None: lines
         self.fit = ContextFit(cfg.llm.context_tokens, cfg.llm.max_tokens)
         self.heads = SessionHeads(memory, registry)
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}  # session -> (lock, turns using it)
@@ -169,6 +171,7 @@ class Agent:
     async def drain(self, deadline: float) -> None:
         """Stop taking turns; wait up to ``deadline`` seconds for running ones, then cancel."""
         self.accepting = False
+        await self.sight.aclose()  # image descriptions are background work: they stop first
         active = list(self._active)
         if not active:
             return

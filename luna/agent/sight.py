@@ -6,7 +6,8 @@ Invariants:
   told once per run that the model cannot see them and how to enable it (``--mmproj``).
 - Parts are fetched once per content hash per turn, through the image source, which returns
   the same bytes for the same hash (so every later request repeats them exactly).
-- A turn without images asks nothing of the server or the source.
+- A turn without images asks nothing of the server or the source; each image a turn sees is
+  handed to the describer (``luna.agent.describer``), which works in the background.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from luna.agent.describer import ImageDescriber
 from luna.agent.images import ImageSource, images_of
 from luna.agent.prompt import as_sent
 from luna.llm.vision import VISION_HINT
@@ -35,9 +37,12 @@ class TurnSight:
 class Sight:
     """The agent's eyes: one per Agent, shared by its sessions."""
 
-    def __init__(self, llm: Any, source: ImageSource | None) -> None:
+    def __init__(
+        self, llm: Any, source: ImageSource | None, describer: ImageDescriber | None = None
+    ) -> None:
         self.llm = llm  # the chat role: LLMClient or RoleLLM (``can_see(lane=...)``)
         self.source = source
+        self.describer = describer  # told of every image a turn sees
         self._told: set[str] = set()
 
     async def look(
@@ -52,6 +57,8 @@ class Sight:
         images = [a for a in images_of(files) if a.sha256 not in sight.parts]
         if not images:
             return sight
+        if self.describer is not None:
+            self.describer.note(images)
         sight.can_see = await self.llm.can_see(lane=session_id)
         if not sight.can_see:
             self._tell_once(session_id, emit)
@@ -78,6 +85,10 @@ class Sight:
         files = [Attachment.from_json(a) for m in results for a in m.get("attachments") or []]
         await self.look(session_id, files, emit, sight)
         return [as_sent(m, sight.parts) for m in results]
+
+    async def aclose(self) -> None:
+        if self.describer is not None:
+            await self.describer.aclose()
 
     def _tell_once(self, session_id: str, emit: Callable[[AgentEvent], None]) -> None:
         if session_id in self._told:
