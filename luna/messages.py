@@ -193,24 +193,27 @@ class LLMResponse:
 
 
 @dataclass(frozen=True)
+class ToolMedia:
+    """A picture or sound a tool returned, as its bytes, for a model that can take it.
+
+    ``ToolResult.content`` already describes each one in a line (``[image/png, 4 KB]``), which
+    is what a text-only model reads; the bytes ride beside the text, never inside it.
+    """
+
+    kind: Literal["image", "audio"]
+    mime: str  # as the tool declared it
+    data: bytes
+
+
+@dataclass(frozen=True)
 class ToolResult:
     content: str
     is_error: bool = False
     # Instructions from the owner's own disk (a skill's body): a native tool's trusted result
     # reaches the model as it is, neither shaped nor wrapped as untrusted.
     trusted: bool = False
-    # Images the tool returned (an MCP image result, view_image): shown to a model that can
-    # see, after the result's text; a text-only model reads ``content`` alone.
-    images: tuple[ToolImage, ...] = ()
-
-
-@dataclass(frozen=True)
-class ToolImage:
-    """An image a tool returned, as bytes of the MIME type it declared (not yet checked)."""
-
-    mime: str
-    data: bytes
-    name: str = ""
+    # Pictures and sounds the tool returned (MCP image/audio content), in result order.
+    media: tuple[ToolMedia, ...] = ()
 
 
 # Asks the owner whether a tool may run; returns True to allow. Timeout means deny.

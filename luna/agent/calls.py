@@ -29,7 +29,7 @@ from luna.messages import (
     LLMResponse,
     ToolCall,
     ToolFinished,
-    ToolImage,
+    ToolMedia,
     ToolResult,
     ToolStarted,
 )
@@ -37,7 +37,7 @@ from luna.observe import log_event
 
 RAW_EXCERPT = 300
 Persist = Callable[[dict[str, Any]], Awaitable[None]]
-Keep = Callable[[ToolImage], Awaitable[Attachment | None]]  # stores a tool's image
+Keep = Callable[[ToolMedia, str], Awaitable[Attachment | None]]  # stores a tool's image
 
 
 @dataclass(frozen=True)
@@ -116,8 +116,15 @@ async def run_round(
         else:
             result = await execute(call)
             content, is_error = result.content, result.is_error
-            images = result.images if isinstance(result, ToolResult) else ()
-            kept = [a for a in [await keep(i) for i in images] if a] if keep else []
+            media = result.media if isinstance(result, ToolResult) else ()
+            images = [m for m in media if m.kind == "image"]
+            for i, image in enumerate(images, 1):
+                name = f"{call.name}-{i}.{image.mime.rpartition('/')[2] or 'img'}"
+                stored = await keep(image, name) if keep is not None else None
+                if stored is not None:
+                    kept.append(stored)
+                else:
+                    content += f"\n[{name} ({image.mime}) could not be shown]"
         emit(ToolFinished(call.id, call.name, is_error, loop.time() - started, content[:200]))
         if round_.dropped and n == len(round_.calls):
             content += dropped_note(round_)

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from luna.llm.vision import text_part
-from luna.messages import Attachment, ToolImage
+from luna.messages import Attachment, ToolMedia
 
 ImageParts = Mapping[str, dict[str, Any]]  # sha256 -> image_url part
 NO_PARTS: ImageParts = {}
@@ -35,8 +35,8 @@ class ImageSource(Protocol):
         dict every time), or None when it cannot be read."""
         ...
 
-    async def keep(self, image: ToolImage) -> Attachment | None:
-        """Store an image a tool returned; None when its bytes are not an image."""
+    async def keep(self, media: ToolMedia, name: str) -> Attachment | None:
+        """Store an image a tool returned, as ``name``; None when its bytes are no image."""
         ...
 
 

@@ -20,7 +20,7 @@ from luna.agent.describer import ImageDescriber
 from luna.agent.images import ImageSource, images_of
 from luna.agent.prompt import as_sent
 from luna.llm.vision import VISION_HINT
-from luna.messages import AgentEvent, Attachment, Status, ToolImage
+from luna.messages import AgentEvent, Attachment, Status, ToolMedia
 
 BLIND_NOTICE = "The model cannot see images, so it gets a line with each image's name instead."
 MAX_TOLD = 256  # sessions remembered as told (a run with more tells some of them again)
@@ -70,9 +70,9 @@ class Sight:
                     sight.parts[a.sha256] = part
         return sight
 
-    async def keep(self, image: ToolImage) -> Attachment | None:
+    async def keep(self, media: ToolMedia, name: str) -> Attachment | None:
         """Store an image a tool returned (None without a source, or when it is no image)."""
-        return await self.source.keep(image) if self.source is not None else None
+        return await self.source.keep(media, name) if self.source is not None else None
 
     async def results(
         self,

@@ -22,12 +22,13 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -333,7 +334,7 @@ class ToolRegistry:
         result = raw if isinstance(raw, ToolResult) else ToolResult(str(raw), False)
         for secret in secret_values(self.cfg):
             if secret in result.content:
-                result = replace(result, content=result.content.replace(secret, "***"))
+                result = dataclasses.replace(result, content=result.content.replace(secret, "***"))
         if not shape or (result.trusted and info.native):
             return result
         text = await shape_output(
@@ -343,8 +344,7 @@ class ToolRegistry:
             cfg=self.cfg,
             llm=ctx.llm,
         )
-        # The images (an MCP image result) pass as they are: the model sees them, not text.
-        return ToolResult(wrap_untrusted(text, info.name), result.is_error, images=result.images)
+        return ToolResult(wrap_untrusted(text, info.name), result.is_error, media=result.media)
 
     def validate(self, info: ToolInfo, args: dict[str, Any]) -> str | None:
         if info.validator is None:

@@ -25,7 +25,7 @@ from luna.messages import (
     InboundMessage,
     LoggedMessage,
     Status,
-    ToolImage,
+    ToolMedia,
     ToolResult,
     TurnDone,
 )
@@ -52,8 +52,8 @@ async def setup(
         @registry.tool(level="allow")
         async def chart() -> ToolResult:
             """Draw a chart."""
-            image = ToolImage("image/png", png(16, 16, seed=9), "chart.png")
-            return ToolResult("the chart", images=(image,))
+            image = ToolMedia("image", "image/png", png(16, 16, seed=9))
+            return ToolResult("the chart [image/png, 1 KB]", media=(image,))
 
         images = HeldImages()
         agent = Agent(cfg, llm, memory, registry, images=images)
@@ -136,7 +136,7 @@ async def test_images_a_tools_image_goes_into_its_tool_message(
     assert result["role"] == "tool" and _parts(result) == ["image_url", "text"]
     assert later["messages"][3] == result  # the same (the template never sees key order)
     logged = [m for m in await memory.session_messages("s") if m.role == "tool"]
-    assert [a.name for a in logged[0].attachments] == ["chart.png"]
+    assert [a.name for a in logged[0].attachments] == ["chart-1.png"]
 
 
 async def test_images_are_described_in_the_background_and_found_by_what_they_show(

@@ -14,7 +14,7 @@ import zlib
 from typing import Any
 
 from luna.llm.vision import image_part
-from luna.messages import Attachment, ToolImage
+from luna.messages import Attachment, ToolMedia
 
 
 def png(width: int, height: int, seed: int = 0) -> bytes:
@@ -52,7 +52,7 @@ class HeldImages:
         held = self.data.get(attachment.sha256)
         return image_part(*held) if held else None
 
-    async def keep(self, image: ToolImage) -> Attachment | None:
-        if not image.data.startswith(b"\x89PNG"):
+    async def keep(self, media: ToolMedia, name: str) -> Attachment | None:
+        if not media.data.startswith(b"\x89PNG"):
             return None
-        return self.add(image.data, image.name or "tool-image.png", image.mime)
+        return self.add(media.data, name, media.mime)

@@ -20,7 +20,7 @@ from luna.agent import Agent
 from luna.config import build_config
 from luna.llm import LLMClient
 from luna.memory import Memory
-from luna.messages import InboundMessage, Status, ToolImage, ToolResult, TurnDone
+from luna.messages import InboundMessage, Status, ToolMedia, ToolResult, TurnDone
 from tests.fakes.images import HeldImages, png
 from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.fakes.scripted_llama import Recorder, on_real_server
@@ -63,7 +63,8 @@ async def test_vision_cache_ten_turns_encode_each_image_once_and_prefill_nothing
         Args:
             name: what to chart
         """
-        return ToolResult(f"chart of {name}", images=(ToolImage("image/png", png(320, 200, 7)),))
+        image = ToolMedia("image", "image/png", png(320, 200, 7))
+        return ToolResult(f"chart of {name}", media=(image,))
 
     agent = Agent(cfg, llm, memory, registry, images=images)
     photo = images.add(png(640, 480, seed=1), name="receipt.png")
