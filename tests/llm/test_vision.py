@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from luna.config import build_config
 from luna.llm import LLMClient
 from luna.llm.vision import IMAGE_WITHHELD, image_part, text_part
@@ -72,10 +74,13 @@ async def test_vision_text_only_server_answers_500_and_the_client_never_sends_it
     assert not any(p.get("type") == "image_url" for p in parts)
 
 
-async def test_vision_image_parts_render_through_luna_template_in_user_and_tool_messages(
-    real_llama: Callable[..., RealLlama],
+@pytest.mark.parametrize("template", ["luna", "stock"])
+async def test_vision_image_parts_render_through_qwen_templates_in_user_and_tool_messages(
+    real_llama: Callable[..., RealLlama], template: str
 ) -> None:
-    real = real_llama("luna", vision=True)
+    # llama-server swaps each image part for its media marker and joins the parts into one
+    # string before the template runs: Luna's text-only template renders it like the stock one
+    real = real_llama(template, vision=True)
     marker = real.props()["media_marker"]
     image = image_part("image/png", png(32, 32))
     call = {"id": "c1", "type": "function", "function": {"name": "look", "arguments": "{}"}}
