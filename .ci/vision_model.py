@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Build a tiny Gemma 3 vision projector with random weights, once, and cache it.
+"""Build tiny vision projectors with random weights (Gemma 3's, Qwen3.5's), once, and cache them.
 
     python3 .ci/vision_model.py                 build (or reuse); prints the projector's path
     python3 .ci/vision_model.py --print-cache   where the cached projector lives
@@ -23,6 +23,11 @@ The recipe, offline, on CPU (about 30 s):
    GGUF (about 660 KB). The converter and its ``gguf-py`` are kept in the cache, so the 37 MB
    sdist is downloaded once per llama.cpp version.
 
+A second projector, built the same way, has Qwen3.5's vision geometry (16-pixel patches merged
+2x2, one token per 32x32 pixels, the production model's): the tests measure with it what an
+image costs Qwen3.5 in tokens. Only the Gemma 3 one answers like a real pairing (its tokens
+around an image are the text model's own).
+
 Invariants: the cache entry is keyed by everything that changes its bytes (llama.cpp version,
 torch and transformers versions, the recipe and seed) and published with one rename, so a
 half-built entry never exists; a rerun with an unchanged key does nothing.
@@ -45,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import llama_server  # noqa: E402  (the sibling script: sdist download, verification, cache root)
 
 PROJECTOR_NAME = "mmproj-gemma3-tiny-random.gguf"
+QWEN_PROJECTOR_NAME = "mmproj-qwen3.5-tiny-random.gguf"
 SEED = 20261205
 TEXT_HIDDEN_SIZE = 640  # must equal the hidden size of Gemma 3 270M, the model it is paired with
 VISION = {
@@ -63,6 +69,29 @@ PREPROCESSOR = {
     "image_seq_length": TOKENS_PER_IMAGE,
     "size": {"height": VISION["image_size"], "width": VISION["image_size"]},
 }
+# Qwen3.5's vision geometry (the production model's): 16-pixel patches merged 2x2, so one
+# token per 32x32 pixels of the image as the server resizes it. One tiny block, random weights,
+# projecting into the same 640 wide text side: paired with Gemma 3 270M it shows what an image
+# costs Qwen3.5 in tokens (its begin/end markers are then plain text tokens of Gemma's vocab).
+QWEN_VISION = {
+    "depth": 1,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_heads": 1,
+    "out_hidden_size": TEXT_HIDDEN_SIZE,
+    "patch_size": 16,
+    "spatial_merge_size": 2,
+    "temporal_patch_size": 2,
+    "num_position_embeddings": 2304,
+    "deepstack_visual_indexes": [],
+}
+QWEN_PREPROCESSOR = {
+    "image_mean": [0.5, 0.5, 0.5],
+    "image_std": [0.5, 0.5, 0.5],
+    "patch_size": 16,
+    "merge_size": 2,
+    "temporal_patch_size": 2,
+}
 CONVERTER_PARTS = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/")
 
 
@@ -79,12 +108,14 @@ def build_key() -> str:
         "text_hidden_size": TEXT_HIDDEN_SIZE,
         "vision": VISION,
         "preprocessor": PREPROCESSOR,
+        "qwen_vision": QWEN_VISION,
+        "qwen_preprocessor": QWEN_PREPROCESSOR,
     }
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def cached_dir() -> Path:
-    return llama_server.cache_root() / "vision-model" / f"gemma3-tiny-{build_key()}"
+    return llama_server.cache_root() / "vision-model" / f"tiny-{build_key()}"
 
 
 def converter_dir() -> Path:
@@ -149,6 +180,42 @@ def save_checkpoint(out: Path) -> None:
     (out / "preprocessor_config.json").write_text(json.dumps(PREPROCESSOR, indent=1) + "\n")
 
 
+def save_qwen_checkpoint(out: Path) -> None:
+    """A random-weight Qwen3.5 vision tower and merger in HF layout (the converter takes this
+    one as it is)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import (
+        Qwen3_5MoeConfig,
+        Qwen3_5MoeForConditionalGeneration,
+        Qwen3_5MoeTextConfig,
+        Qwen3_5MoeVisionConfig,
+    )
+
+    torch.manual_seed(SEED)
+    text = Qwen3_5MoeTextConfig(
+        hidden_size=TEXT_HIDDEN_SIZE,
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        num_key_value_heads=1,
+        head_dim=64,
+        vocab_size=1024,  # never converted
+        moe_intermediate_size=32,
+        shared_expert_intermediate_size=32,
+        num_experts=2,
+        num_experts_per_tok=1,
+        layer_types=["full_attention"],
+    )
+    config = Qwen3_5MoeConfig(
+        text_config=text.to_dict(), vision_config=Qwen3_5MoeVisionConfig(**QWEN_VISION).to_dict()
+    )
+    Qwen3_5MoeForConditionalGeneration(config).save_pretrained(out)
+    weights = out / "model.safetensors"
+    vision = {k: v for k, v in load_file(weights).items() if ".visual." in f".{k}"}
+    save_file(vision, weights, metadata={"format": "pt"})
+    (out / "preprocessor_config.json").write_text(json.dumps(QWEN_PREPROCESSOR, indent=1) + "\n")
+
+
 def convert(checkpoint: Path, converter: Path, outfile: Path) -> None:
     """Step 3: llama.cpp's converter writes the projector GGUF."""
     env = {**os.environ, "PYTHONPATH": str(converter / "gguf-py"), "HF_HUB_OFFLINE": "1"}
@@ -165,11 +232,13 @@ def build_into_cache(target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as tmp:
         work = Path(tmp)
-        print("vision model: building a tiny Gemma 3 projector…", file=sys.stderr)
+        print("vision model: building two tiny projectors…", file=sys.stderr)
         save_checkpoint(work / "hf")
+        save_qwen_checkpoint(work / "hf-qwen")
         staged = work / "out"
         staged.mkdir()
         convert(work / "hf", converter, staged / PROJECTOR_NAME)
+        convert(work / "hf-qwen", converter, staged / QWEN_PROJECTOR_NAME)
         info = {"key": build_key(), "llama.cpp": llama_server.VERSION, **_versions()}
         info |= {"seed": SEED, "tokens_per_image": TOKENS_PER_IMAGE}
         (staged / "build-info.json").write_text(json.dumps(info, indent=1) + "\n")
@@ -185,7 +254,7 @@ def main() -> int:
     if args.print_cache:
         print(target)
         return 0
-    if not (target / PROJECTOR_NAME).is_file():
+    if not all((target / name).is_file() for name in (PROJECTOR_NAME, QWEN_PROJECTOR_NAME)):
         build_into_cache(target)
     print(target / PROJECTOR_NAME)
     return 0

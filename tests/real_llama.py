@@ -18,7 +18,8 @@ how a scripted model's output can be made to sit in the cache exactly as if gene
 With ``vision=True`` the server also loads a tiny Gemma 3 vision projector with random
 weights (``--mmproj``, built by ``.ci/vision_model.py``): its answers are noise, but its image
 handling, image tokens and cache are the server's own; ``/props`` reports
-``modalities.vision: true``.
+``modalities.vision: true``. ``vision="qwen3.5"`` loads one with Qwen3.5's image geometry
+instead, to measure what an image costs the production model in tokens.
 
 Nothing here skips: a missing binary or projector fails with the command that builds it.
 """
@@ -49,9 +50,16 @@ def model_path(cache: Path) -> Path:
     return ensure_model(cache)
 
 
-def vision_projector() -> Path:
-    """The cached tiny vision projector (``.ci/vision_model.py`` builds it; so does
-    ``.ci/install --dev``)."""
+PROJECTORS = {
+    "gemma3": "mmproj-gemma3-tiny-random.gguf",
+    "qwen3.5": "mmproj-qwen3.5-tiny-random.gguf",
+}
+
+
+def vision_projector(kind: str = "gemma3") -> Path:
+    """A cached tiny vision projector (``.ci/vision_model.py`` builds them; so does
+    ``.ci/install --dev``): ``gemma3`` pairs with the Gemma model for real, ``qwen3.5`` has
+    the production model's image geometry (for what an image costs in tokens)."""
     script = REPO / ".ci" / "vision_model.py"
     proc = subprocess.run(
         [sys.executable, str(script), "--print-cache"],
@@ -60,10 +68,14 @@ def vision_projector() -> Path:
         check=True,
         timeout=60,
     )
-    projector = Path(proc.stdout.strip()) / "mmproj-gemma3-tiny-random.gguf"
+    projector = Path(proc.stdout.strip()) / PROJECTORS[kind]
     if not projector.is_file():
         raise RuntimeError(f"no vision projector at {projector}: run `python3 {script}`")
     return projector
+
+
+def _kind(vision: bool | str) -> str:
+    return vision if isinstance(vision, str) else "gemma3"
 
 
 class RealLlama:
@@ -80,7 +92,7 @@ class RealLlama:
         extra: tuple[str, ...] = (),
         cache_ram: int = 0,
         swa_full: bool = False,
-        vision: bool = False,
+        vision: bool | str = False,
     ) -> None:
         binary = default_binary()
         if not binary.exists():
@@ -98,7 +110,7 @@ class RealLlama:
             *("--jinja", "--chat-template-file", str(self.template)),
             *("--reasoning-format", "deepseek", "--cache-ram", str(cache_ram)),
             *("--cache-reuse", "0", "-t", "2", *(["--swa-full"] if swa_full else []), *extra),
-            *(("--mmproj", str(vision_projector())) if vision else ()),
+            *(("--mmproj", str(vision_projector(_kind(vision)))) if vision else ()),
             # Trace level: the log then names every context checkpoint made and restored,
             # which is how a test shows why the server prefilled what it did.
             *("--log-verbosity", "4"),

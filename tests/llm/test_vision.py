@@ -10,6 +10,7 @@ never sends it one.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -98,20 +99,36 @@ async def test_vision_image_parts_render_through_qwen_templates_in_user_and_tool
     assert r.status_code == 200, r.text
 
 
-async def test_vision_tokens_an_image_costs_by_size(
-    real_llama: Callable[..., RealLlama],
-) -> None:
-    """What an image costs on this projector, by longest side (for the README)."""
-    real = real_llama("luna", vision=True)
+SIZES = ((320, 240), (640, 480), (1024, 768), (1024, 1024), (1536, 1152), (2048, 1536))
+
+
+def _image_costs(real: RealLlama) -> dict[str, int]:
+    """Prompt tokens an image adds, by its size (the request without it as the baseline)."""
     question = [_ask(b"")[0], {"role": "user", "content": "What is in this picture?"}]
     text_only = real.post("/v1/chat/completions", {"messages": question, "max_tokens": 1})
     without = text_only.json()["usage"]["prompt_tokens"]
     costs = {}
-    for width, height in ((320, 240), (640, 480), (1024, 768), (1568, 1176), (2048, 1536)):
-        body = {"messages": _ask(png(width, height, seed=width)), "max_tokens": 1}
+    for width, height in SIZES:
+        body = {"messages": _ask(png(width, height, seed=width + height)), "max_tokens": 1}
         usage = real.post("/v1/chat/completions", body).json()["usage"]
-        costs[max(width, height)] = usage["prompt_tokens"] - without
-    print(f"\nimage tokens by longest side (Gemma 3 projector): {costs}")
+        costs[f"{width}x{height}"] = usage["prompt_tokens"] - without
+    return costs
+
+
+async def test_vision_tokens_an_image_costs_by_size(
+    real_llama: Callable[..., RealLlama],
+) -> None:
+    """What an image costs, by size, on Gemma 3's projector and on one with Qwen3.5's image
+    geometry (for the README)."""
+    gemma = _image_costs(real_llama("luna", vision=True))
+    qwen = _image_costs(real_llama("luna", vision="qwen3.5"))
+    print(f"\nimage tokens, Gemma 3 projector: {gemma}\nQwen3.5 geometry: {qwen}")
     # Gemma 3 squeezes every image into 896x896 and pools it to 16x16 soft tokens, plus the
     # begin- and end-of-image tokens around them: the same cost at every size.
-    assert set(costs.values()) == {258}, costs
+    assert set(gemma.values()) == {258}, gemma
+    # Qwen3.5: one token per 32x32 pixels (16-pixel patches merged 2x2; each side rounded to
+    # the nearest 32), plus its <|vision_start|> and <|vision_end|> markers, which Gemma's
+    # vocabulary spells in a few plain tokens: the same overhead for every size.
+    grid = {f"{w}x{h}": math.floor(w / 32 + 0.5) * math.floor(h / 32 + 0.5) for w, h in SIZES}
+    overhead = {size: qwen[size] - grid[size] for size in grid}
+    assert len(set(overhead.values())) == 1 and 2 <= next(iter(overhead.values())) <= 16, qwen
