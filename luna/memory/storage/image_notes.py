@@ -15,7 +15,6 @@ from collections.abc import Iterable
 
 from luna.memory.storage import session_log
 from luna.memory.storage.store import Store, now_iso
-from luna.messages import Attachment
 
 
 def described(store: Store, hashes: Iterable[str]) -> dict[str, str]:
@@ -48,14 +47,7 @@ def set_description(store: Store, sha256: str, text: str, model: str) -> int:
             (sha256,),
         ).fetchall()
         for message_id, session_id, scope, created, content in rows:
-            files = [
-                Attachment(kind, mime, name, size, sha)
-                for kind, mime, name, size, sha in conn.execute(
-                    "SELECT kind, mime, name, size, sha256 FROM message_attachments "
-                    "WHERE message_id = ? ORDER BY position",
-                    (message_id,),
-                ).fetchall()
-            ]
+            files = session_log.attachments_of(conn, int(message_id))
             notes = session_log.descriptions(conn, files)
             search = session_log.searchable_text(content or "", files, notes)
             store.index_doc(

@@ -164,6 +164,16 @@ def searchable_text(
     return "\n".join(lines)
 
 
+def attachments_of(conn: Any, message_id: int) -> list[Attachment]:
+    """A logged message's attachments, in order, inside the caller's transaction."""
+    rows = conn.execute(
+        "SELECT kind, mime, name, size, sha256 FROM message_attachments "
+        "WHERE message_id = ? ORDER BY position",
+        (message_id,),
+    ).fetchall()
+    return [Attachment(kind, mime, name, size, sha) for kind, mime, name, size, sha in rows]
+
+
 def descriptions(conn: Any, attachments: Sequence[Attachment]) -> dict[str, str]:
     """sha256 -> description, for the attachments already described."""
     hashes = sorted({a.sha256 for a in attachments})
