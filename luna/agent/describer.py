@@ -45,10 +45,13 @@ MAX_QUEUED = 256
 class ImageDescriber:
     """Describes images in the background; see the module docstring."""
 
-    def __init__(self, llm: Any, memory: Any, source: ImageSource) -> None:
+    def __init__(
+        self, llm: Any, memory: Any, source: ImageSource, *, max_tokens: int = MAX_TOKENS
+    ) -> None:
         self.llm = llm  # the background role (LLMClient or RoleLLM)
         self.memory = memory
         self.source = source
+        self.max_tokens = max_tokens
         self._queue: dict[str, Attachment] = {}  # sha256 -> image, in arrival order
         self._seen: set[str] = set()  # noted in this run (described, queued or failed)
         self._task: asyncio.Task[None] | None = None
@@ -95,7 +98,7 @@ class ImageDescriber:
         if part is None:
             return
         messages = [{"role": "user", "content": [part, text_part(DESCRIBE_PROMPT)]}]
-        response = await self.llm.chat(messages, max_tokens=MAX_TOKENS, temperature=0.0)
+        response = await self.llm.chat(messages, max_tokens=self.max_tokens, temperature=0.0)
         text = " ".join(response.content.split())[:MAX_DESCRIPTION_CHARS]
         if not text:
             log_event("image_described", status="empty")

@@ -16,10 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from luna.agent.describer import ImageDescriber
 from luna.config import build_config
 from luna.llm import LLMClient
 from luna.llm.vision import IMAGE_WITHHELD, image_part, text_part
-from tests.fakes.images import png
+from luna.memory import Memory
+from tests.fakes.images import HeldImages, png
 from tests.real_llama import ALIAS, RealLlama
 
 
@@ -132,3 +134,30 @@ async def test_vision_tokens_an_image_costs_by_size(
     grid = {f"{w}x{h}": math.floor(w / 32 + 0.5) * math.floor(h / 32 + 0.5) for w, h in SIZES}
     overhead = {size: qwen[size] - grid[size] for size in grid}
     assert len(set(overhead.values())) == 1 and 2 <= next(iter(overhead.values())) <= 16, qwen
+
+
+async def test_vision_describer_asks_the_real_server_and_stores_what_it_says(
+    real_llama: Callable[..., RealLlama], tmp_path: Path
+) -> None:
+    # The words are the random projector's noise; the request, the server's answer and the
+    # stored description are real.
+    real = real_llama("luna", vision=True)
+    data = {
+        "llm": {"endpoint": real.url, "model": ALIAS},
+        "memory": {"db_path": str(tmp_path / "m.db")},
+    }
+    cfg = build_config(data, {}, base_dir=tmp_path)
+    memory = Memory(cfg.memory)
+    await memory.open(background=False)
+    client = LLMClient(cfg.llm)
+    images = HeldImages()
+    photo = images.add(png(200, 150, seed=5), "receipt.png")
+    describer = ImageDescriber(client, memory, images, max_tokens=24)
+    try:
+        describer.note([photo])
+        await describer.wait_idle()
+        described = await memory.image_descriptions([photo.sha256])
+    finally:
+        await client.close()
+        await memory.close()
+    assert list(described) == [photo.sha256] and described[photo.sha256].strip()
