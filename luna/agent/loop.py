@@ -308,6 +308,7 @@ class Agent:
                 reply, kept = self._final_reply(resp, at_limit, emit)
                 stored = assistant_message(kept, [], resp.reasoning if keep_reasoning else "")
                 await persist(stored, resp.usage)
+                reply = sight.told(reply, emit)
                 emit(TurnDone(reply, rounds, usage, finish_reason=resp.finish_reason))
                 break
             budget.take()

@@ -3,7 +3,8 @@
 Invariants:
 - Images go to a server as parts only when that server (the session's, through the router)
   reports vision; otherwise ``luna.agent.images`` renders lines, and a session with images is
-  told once per run that the model cannot see them and how to enable it (``--mmproj``).
+  told once per run, after the reply (shown and streamed, never stored), that the model
+  cannot see them and how to enable it (``--mmproj``).
 - Parts are fetched once per content hash per turn, through the image source, which returns
   the same bytes for the same hash (so every later request repeats them exactly).
 - A turn without images asks nothing of the server or the source; each image a turn sees is
@@ -20,7 +21,7 @@ from luna.agent.describer import ImageDescriber
 from luna.agent.images import ImageSource, images_of
 from luna.agent.prompt import as_sent
 from luna.llm.vision import VISION_HINT
-from luna.messages import AgentEvent, Attachment, Status, ToolMedia
+from luna.messages import AgentEvent, Attachment, TextDelta, ToolMedia
 
 BLIND_NOTICE = "The model cannot see images, so it gets a line with each image's name instead."
 MAX_TOLD = 256  # sessions remembered as told (a run with more tells some of them again)
@@ -32,6 +33,15 @@ class TurnSight:
 
     can_see: bool = False
     parts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    notice: str = ""  # for the user, after the reply: the model cannot see their images
+
+    def told(self, reply: str, emit: Callable[[AgentEvent], None]) -> str:
+        """The reply as shown: with the notice after it, streamed too (never stored: the
+        model does not need to read it)."""
+        if not self.notice:
+            return reply
+        emit(TextDelta(f"\n\n{self.notice}"))
+        return f"{reply.rstrip()}\n\n{self.notice}" if reply.strip() else self.notice
 
 
 class Sight:
@@ -61,7 +71,9 @@ class Sight:
             self.describer.note(images)
         sight.can_see = await self.llm.can_see(lane=session_id)
         if not sight.can_see:
-            self._tell_once(session_id, emit)
+            if session_id not in self._told:
+                self._remember_told(session_id)
+                sight.notice = f"({BLIND_NOTICE} To enable it: {VISION_HINT}.)"
             return sight
         for a in images:
             if a.sha256 not in sight.parts and self.source is not None:
@@ -90,10 +102,7 @@ class Sight:
         if self.describer is not None:
             await self.describer.aclose()
 
-    def _tell_once(self, session_id: str, emit: Callable[[AgentEvent], None]) -> None:
-        if session_id in self._told:
-            return
+    def _remember_told(self, session_id: str) -> None:
         if len(self._told) >= MAX_TOLD:
             self._told.pop()
         self._told.add(session_id)
-        emit(Status(f"{BLIND_NOTICE} To enable it: {VISION_HINT}."))

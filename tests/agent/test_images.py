@@ -24,7 +24,7 @@ from luna.messages import (
     AgentEvent,
     InboundMessage,
     LoggedMessage,
-    Status,
+    TextDelta,
     ToolMedia,
     ToolResult,
     TurnDone,
@@ -92,7 +92,7 @@ async def test_images_go_as_parts_to_a_server_that_sees_and_repeat_byte_for_byte
     photo = images.add(PHOTO, "receipt.png")
     llm_server.default = Reply(content="A receipt.")
     events = await _turn(agent, "what is this?", photo)
-    assert not any(isinstance(e, Status) for e in events)
+    assert events[-1].reply == "A receipt."  # type: ignore[union-attr]  # no notice
     await _turn(agent, "and the total?")
     first, second = _chat(llm_server)
     sent = first["messages"][-1]
@@ -107,10 +107,14 @@ async def test_images_a_text_only_server_gets_a_line_and_the_user_is_told_once(
 ) -> None:
     agent, images, memory = await setup()  # the fake reports no vision
     photo = images.add(PHOTO, "receipt.png")
-    told = [e for e in await _turn(agent, "what is this?", photo) if isinstance(e, Status)]
-    assert len(told) == 1 and VISION_HINT in told[0].text
+    llm_server.default = Reply(content="I cannot see it.")
+    events = await _turn(agent, "what is this?", photo)
+    done = events[-1]
+    assert isinstance(done, TurnDone) and done.reply.startswith("I cannot see it.\n\n(")
+    assert VISION_HINT in done.reply  # shown after the reply ...
+    assert any(isinstance(e, TextDelta) and VISION_HINT in e.text for e in events)  # streamed
     again = await _turn(agent, "look again", images.add(png(8, 8, seed=2), "second.png"))
-    assert not any(isinstance(e, Status) for e in again)  # once per session and run
+    assert again[-1].reply == "I cannot see it."  # type: ignore[union-attr]  # told once
     first, second = _chat(llm_server)
     line = f"[image receipt.png (image/png, {len(PHOTO) / 1024:.0f} KB): not shown"
     assert line in first["messages"][-1]["content"]
@@ -118,6 +122,7 @@ async def test_images_a_text_only_server_gets_a_line_and_the_user_is_told_once(
     assert "image_url" not in json.dumps(second)
     logged = await memory.session_messages("s")
     assert logged[0].attachments == (photo,)
+    assert logged[1].content == "I cannot see it."  # ... never stored for the model
 
 
 async def test_images_a_tools_image_goes_into_its_tool_message(
