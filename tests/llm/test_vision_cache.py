@@ -66,7 +66,12 @@ async def test_vision_cache_ten_turns_encode_each_image_once_and_prefill_nothing
         image = ToolMedia("image", "image/png", png(320, 200, 7))
         return ToolResult(f"chart of {name}", media=(image,))
 
-    agent = Agent(cfg, llm, memory, registry, images=images)
+    # Background work (the describer) on a server of its own that cannot see: it leaves the
+    # session's server and script alone.
+    background_server = FakeLLMServer().start()
+    bg_cfg = build_config({"llm": {"endpoint": background_server.url}}, {}, base_dir=tmp_path)
+    background = LLMClient(bg_cfg.llm)
+    agent = Agent(cfg, llm, memory, registry, images=images, background_llm=background)
     photo = images.add(png(640, 480, seed=1), name="receipt.png")
     recorder = Recorder()
     log_start = real.log_path.stat().st_size
@@ -89,8 +94,11 @@ async def test_vision_cache_ten_turns_encode_each_image_once_and_prefill_nothing
             assert isinstance(events[-1], TurnDone), events[-1]
             assert events[-1].reply == f"Done {i}."  # it can see: no notice
     finally:
+        await agent.drain(1.0)
         await llm.close()
+        await background.close()
         await memory.close()
+        background_server.stop()
     steps = recorder.steps
     assert len(steps) == 2 * TURNS
     log = real.log_path.read_text(errors="replace")[log_start:]
