@@ -104,13 +104,13 @@ async def test_vision_image_parts_render_through_qwen_templates_in_user_and_tool
 SIZES = ((320, 240), (640, 480), (1024, 768), (1024, 1024), (1536, 1152), (2048, 1536))
 
 
-def _image_costs(real: RealLlama) -> dict[str, int]:
+def _image_costs(real: RealLlama, sizes: tuple[tuple[int, int], ...] = SIZES) -> dict[str, int]:
     """Prompt tokens an image adds, by its size (the request without it as the baseline)."""
     question = [_ask(b"")[0], {"role": "user", "content": "What is in this picture?"}]
     text_only = real.post("/v1/chat/completions", {"messages": question, "max_tokens": 1})
     without = text_only.json()["usage"]["prompt_tokens"]
     costs = {}
-    for width, height in SIZES:
+    for width, height in sizes:
         body = {"messages": _ask(png(width, height, seed=width + height)), "max_tokens": 1}
         usage = real.post("/v1/chat/completions", body).json()["usage"]
         costs[f"{width}x{height}"] = usage["prompt_tokens"] - without
@@ -134,6 +134,10 @@ async def test_vision_tokens_an_image_costs_by_size(
     grid = {f"{w}x{h}": math.floor(w / 32 + 0.5) * math.floor(h / 32 + 0.5) for w, h in SIZES}
     overhead = {size: qwen[size] - grid[size] for size in grid}
     assert len(set(overhead.values())) == 1 and 2 <= next(iter(overhead.values())) <= 16, qwen
+    # a phone photo sent as it is: llama.cpp shrinks it to at most 4,096 image tokens
+    photo = _image_costs(real_llama("luna", vision="qwen3.5"), ((4032, 3024),))["4032x3024"]
+    print(f"a 4032x3024 photo, not downscaled: {photo}")
+    assert 4000 < photo - next(iter(overhead.values())) <= 4096
 
 
 async def test_vision_describer_asks_the_real_server_and_stores_what_it_says(
