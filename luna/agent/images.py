@@ -57,6 +57,12 @@ def unseen_line(attachment: Attachment) -> str:
     )
 
 
+def unreadable_line(attachment: Attachment) -> str:
+    """What a model that can see reads for an image whose stored file cannot be read."""
+    name = attachment.name or attachment.sha256[:12]
+    return f"[image {name} ({attachment.mime}, {size_text(attachment.size)}): its file is gone]"
+
+
 def images_of(attachments: Iterable[Attachment]) -> list[Attachment]:
     return [a for a in attachments if a.kind == "image"]
 

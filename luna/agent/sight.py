@@ -6,7 +6,8 @@ Invariants:
   told once per run, after the reply (shown and streamed, never stored), that the model
   cannot see them and how to enable it (``--mmproj``).
 - Parts are fetched once per content hash per turn, through the image source, which returns
-  the same bytes for the same hash (so every later request repeats them exactly).
+  the same bytes for the same hash (so every later request repeats them exactly); an image
+  the source cannot give gets a text part saying so, never a wrong "cannot see" line.
 - A turn without images asks nothing of the server or the source; each image a turn sees is
   handed to the describer (``luna.agent.describer``), which works in the background.
 """
@@ -18,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from luna.agent.describer import ImageDescriber
-from luna.agent.images import ImageSource, images_of
+from luna.agent.images import ImageSource, images_of, unreadable_line
 from luna.agent.prompt import as_sent
-from luna.llm.vision import VISION_HINT
+from luna.llm.vision import VISION_HINT, text_part
 from luna.messages import AgentEvent, Attachment, TextDelta, ToolMedia
 
 BLIND_NOTICE = "The model cannot see images, so it gets a line with each image's name instead."
@@ -76,10 +77,9 @@ class Sight:
                 sight.notice = f"({BLIND_NOTICE} To enable it: {VISION_HINT}.)"
             return sight
         for a in images:
-            if a.sha256 not in sight.parts and self.source is not None:
-                part = await self.source.image_part(a)
-                if part is not None:
-                    sight.parts[a.sha256] = part
+            if a.sha256 not in sight.parts:
+                part = await self.source.image_part(a) if self.source is not None else None
+                sight.parts[a.sha256] = part or text_part(unreadable_line(a))
         return sight
 
     async def keep(self, media: ToolMedia, name: str) -> Attachment | None:

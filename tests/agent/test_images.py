@@ -187,3 +187,17 @@ async def test_images_are_withheld_from_a_server_that_cannot_see(
     finally:
         await llm.close()
     assert llm_server.requests[-1]["messages"][0]["content"][0]["text"] == IMAGE_WITHHELD
+
+
+async def test_images_an_image_whose_file_is_gone_is_said_so_to_a_model_that_sees(
+    setup: Callable[..., Any], llm_server: FakeLLMServer
+) -> None:
+    llm_server.vision = True
+    agent, images, _memory = await setup()
+    lost = images.add(PHOTO, "lost.png")
+    images.data.clear()  # the store lost it
+    await _turn(agent, "what was this?", lost)
+    (sent,) = _chat(llm_server)
+    first, text = sent["messages"][-1]["content"]
+    assert first["type"] == "text" and "lost.png" in first["text"] and "gone" in first["text"]
+    assert "cannot see" not in json.dumps(sent) and text["text"].startswith("what was this?")
