@@ -129,7 +129,7 @@ class LLMClient:
 
         Raises LLMRejectedError when the server's template refuses the messages.
         """
-        body: dict[str, Any] = {"messages": normalize_messages(messages)}
+        body: dict[str, Any] = {"messages": await self._seeable(normalize_messages(messages))}
         if tools:
             body["tools"] = tools
         body.update(await self._extra_body())
