@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from luna import datafolder
@@ -45,7 +45,7 @@ from luna.memory.embedding.endpoint import EndpointEncoder
 from luna.memory.embedding.indexer import FLUSH_BATCH, Indexer, index_batch
 from luna.memory.recall.pipeline import run_recall
 from luna.memory.recall.search import RecallItem, format_recall
-from luna.memory.storage import facts, heads, health, session_log
+from luna.memory.storage import facts, heads, health, image_notes, session_log
 from luna.memory.storage.held import HeldMessages
 from luna.memory.storage.store import Store, VectorModelChangedError
 from luna.memory.storage.writes import WriteGate
@@ -282,6 +282,15 @@ class Memory:
     async def prompt_history(self, session_id: str) -> tuple[str | None, list[LoggedMessage]]:
         """(cumulative summary or None, the messages after the compaction cut, as stored)."""
         return await asyncio.to_thread(session_log.prompt_history, self.store, session_id)
+
+    async def image_descriptions(self, hashes: Iterable[str]) -> dict[str, str]:
+        """sha256 -> what the image shows, for the images already described."""
+        return await asyncio.to_thread(image_notes.described, self.store, list(hashes))
+
+    async def describe_image(self, sha256: str, text: str, model: str) -> None:
+        """Store what an image shows; the messages carrying it become findable by it."""
+        if await self._write(image_notes.set_description, self.store, sha256, text, model):
+            self._wake_indexer()
 
     async def summary(self, session_id: str) -> tuple[str | None, int]:
         """(cumulative summary or None, id of the last message it covers or 0)."""
