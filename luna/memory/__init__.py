@@ -475,35 +475,3 @@ class Memory:
             "vector_enabled": self.vector_enabled,
             "vector_error": self.vector_error,
         }
-
-    async def reindex(
-        self,
-        progress: Callable[[int], None] | None = None,
-        started: Callable[[int, int], None] | None = None,
-    ) -> int:
-        """Re-embed everything with the configured model and record it; returns the count.
-
-        Resumable: the first step drops every vector and records the model (and that a
-        reindex is under way); a reindex to the same model that was stopped (``kill -9``)
-        continues with the docs still without a vector. ``started(done, total)`` is called
-        once before the first batch (``done``: the docs a stopped run embedded already).
-        Luna, running beside it, answers from FTS for what has no vector yet.
-        """
-        if not self.store.vector_enabled:
-            raise MemoryStoreError(
-                f"cannot reindex: sqlite-vec is unavailable ({self.store.vector_error})"
-            )
-        await self.encoder.load()
-        model, dim = self.cfg.vector_model, self.cfg.embedding_dim
-        if await asyncio.to_thread(self.store.reindex_pending, model, dim):
-            await self._write(self.store.check_embedding_model, model, dim)  # resume
-            log_event("memory_op", op="reindex_resumed")
-        else:
-            await asyncio.to_thread(self.store.reset_vectors, model, dim)
-        self.vector_enabled = True
-        if started is not None:
-            counts = await asyncio.to_thread(self.store.counts)
-            started(counts["embedded"], counts["indexed"])
-        done = await self.flush_index(progress)
-        await asyncio.to_thread(self.store.finish_reindex)
-        return done
