@@ -240,7 +240,7 @@ async def run(agent: Agent, text: str) -> tuple[list[Any], str | None]:
                 events.append(event)
     except TimeoutError:
         return events, f"no end within {TURN_LIMIT:g} s"
-    except Exception as e:  # noqa: BLE001 - a finding, reported below
+    except Exception as e:  # a finding, reported below
         return events, f"raised {type(e).__name__}: {e}"
     if not events or not isinstance(events[-1], TurnDone | TurnFailed):
         return events, f"ended without TurnDone/TurnFailed: {events[-1:]!r}"

@@ -54,7 +54,7 @@ def test_cached_export_loads_without_torch_in_a_fresh_process(model_cache: Path)
 
 
 def _worker_pid(worker: EmbeddingProcess) -> int:
-    (pid,) = list(worker._executor()._processes)  # noqa: SLF001 - the child to inspect
+    (pid,) = list(worker._executor()._processes)  # the child to inspect
     return pid
 
 
