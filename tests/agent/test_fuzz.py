@@ -253,6 +253,7 @@ def logged_user_texts(db: Path) -> list[str]:
         return [r[0] for r in rows]
 
 
+@pytest.mark.slow  # 36 s on the shared 2-core box (2026-12-05)
 async def test_fuzz_the_model_side_breaks_no_session_and_loses_no_message(
     fuzz_agent: tuple[Agent, Config], llm_server: FakeLLMServer, caplog: pytest.LogCaptureFixture
 ) -> None:
