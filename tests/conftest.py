@@ -7,10 +7,18 @@ Invariants:
   ``llm.endpoint`` is the fake server.
 - ``real_llama`` starts the real C++ llama-server (Gemma 3 270M rendering Qwen3.5's template)
   on loopback, once per (template, ctx, slots) per session, or fresh on request.
+- Every test is marked by what it starts (``pytest_collection_modifyitems``), read from the
+  code of the test function and of every fixture it uses, so a new test is marked without a
+  decorator: ``real_server`` (a real llama-server: the ``real_llama`` fixture, ``RealLlama(``,
+  ``EmbeddedModel(``), ``browser`` (chromium through Playwright: ``browser_page(``) and ``slow``
+  (a child process: Luna itself, ``python -m luna web``, tmux, any ``subprocess``). The fast
+  inner loop is ``pytest -m "not real_server and not browser and not slow"``; CI runs them all.
 """
 
 from __future__ import annotations
 
+import inspect
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +43,64 @@ ISOLATED_ENV = (
 )
 
 __all__ = ["Reply"]
+
+TESTS = Path(__file__).resolve().parent
+# marker -> what, found in the code a test runs (its function and its fixtures), earns it.
+STARTS = {
+    "real_server": re.compile(r"\breal_llama\b|\bRealLlama\(|\bEmbeddedModel\("),
+    "browser": re.compile(r"\bbrowser_page\("),
+    "slow": re.compile(
+        r"\bsubprocess\.|create_subprocess_(?:exec|shell)\(|\bLunaWebProcess\(|\btmux\b"
+        r"|\bos\.fork\(|\bmultiprocessing\."
+    ),
+}
+
+
+_PARTS: dict[int, tuple[str, list[Any]]] = {}
+
+
+def _source_and_helpers(obj: Any) -> tuple[str, list[Any]]:
+    """``obj``'s source and the functions/classes it names (cached: fixtures are shared)."""
+    if id(obj) not in _PARTS:
+        source, named = "", []
+        try:
+            if Path(inspect.getsourcefile(obj) or "/").is_relative_to(TESTS):
+                source = inspect.getsource(obj)
+                names = getattr(obj, "__globals__", None) or vars(inspect.getmodule(obj) or obj)
+                words = set(re.findall(r"\b[A-Za-z_]\w*\b", source))
+                named = [names[w] for w in words if w in names and callable(names[w])]
+        except (OSError, TypeError):
+            pass
+        _PARTS[id(obj)] = (source, named)
+    return _PARTS[id(obj)]
+
+
+def _code_of(item: pytest.Item) -> str:
+    """The source a test runs: its function, its fixtures, and the helpers they call,
+    transitively (a helper is a function or class defined under tests/ named in the code)."""
+    queue: list[Any] = [getattr(item, "function", None)]
+    fixture_info = getattr(item, "_fixtureinfo", None)  # pytest's own, stable since 3.x
+    for name in getattr(item, "fixturenames", ()):
+        for fixture in fixture_info.name2fixturedefs.get(name, ()) if fixture_info else ():
+            queue.append(fixture.func)
+    seen: set[int] = set()
+    code = []
+    while queue:
+        obj = queue.pop()
+        if id(obj) not in seen:
+            seen.add(id(obj))
+            source, named = _source_and_helpers(obj)
+            code.append(source)
+            queue.extend(named)
+    return "\n".join(code)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        code = _code_of(item)
+        for marker, pattern in STARTS.items():
+            if pattern.search(code):
+                item.add_marker(marker)
 
 
 @pytest.fixture(autouse=True)

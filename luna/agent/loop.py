@@ -235,7 +235,7 @@ class Agent:
             except asyncio.CancelledError:
                 observe.log_event("turn", cancelled=True)
                 raise
-            except Exception as e:  # noqa: BLE001 - a bug must not kill the daemon
+            except Exception as e:  # a bug must not kill the daemon
                 error = type(e).__name__
                 log.exception("turn crashed")
                 emit(TurnFailed(f"Internal error ({type(e).__name__}); details are in the log."))

@@ -161,7 +161,7 @@ async def check_embeddings(cfg: Config) -> list[CheckResult]:
 async def _check_encoding(cfg: Config) -> list[CheckResult]:
     try:
         detail, as_configured = await in_thread(_encode_probe, cfg)
-    except Exception as e:  # noqa: BLE001 - any failure is the answer we report
+    except Exception as e:  # any failure is the answer we report
         return [
             fail(
                 "embeddings",
@@ -322,7 +322,7 @@ async def _guarded(group: str, check: Check, cfg: Config, limit: float) -> list[
         return await asyncio.wait_for(check(cfg), timeout=limit)
     except TimeoutError:
         return [fail(group, f"check timed out after {limit:.0f} s", "see the log for details")]
-    except Exception as e:  # noqa: BLE001 - a crashing check is reported, the others go on
+    except Exception as e:  # a crashing check is reported, the others go on
         return [
             fail(
                 group,

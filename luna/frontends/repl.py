@@ -189,7 +189,7 @@ class LineReader:
             prompt, loop, future = requests.get()
             try:
                 line, error = self._read(prompt), None
-            except BaseException as e:  # noqa: BLE001 - handed to the awaiting task
+            except BaseException as e:  # handed to the awaiting task
                 line, error = None, e
             with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits
                 loop.call_soon_threadsafe(_settle, future, line, error)

@@ -165,7 +165,7 @@ class SchedulerService:
                         # (Due but not started, all turn slots busy: a finishing turn wakes us.)
                         until = min(until, max(nxt, now))
                 await self.router.flush()
-            except Exception:  # noqa: BLE001 - the loop must outlive one bad tick
+            except Exception:  # the loop must outlive one bad tick
                 log.exception("scheduler: tick failed; trying again in %s", poll)
             await self.clock.sleep_until(until, self._wake)
 

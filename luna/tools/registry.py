@@ -330,7 +330,7 @@ class ToolRegistry:
             raw = ToolResult(f"Error: {e}", True)
         except TimeoutError:
             raw = ToolResult(f"Error: {info.name} timed out after {info.timeout:g} s", True)
-        except Exception as e:  # noqa: BLE001 - a tool bug must not end the turn
+        except Exception as e:  # a tool bug must not end the turn
             log.exception("tool %s crashed", info.name)
             raw = ToolResult(f"Error: {info.name} failed unexpectedly ({type(e).__name__})", True)
         result = raw if isinstance(raw, ToolResult) else ToolResult(str(raw), False)

@@ -356,7 +356,7 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
         protocol_version = "HTTP/1.1"
         disable_nagle_algorithm = True  # small SSE writes on a kept-alive connection: no waits
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
+        def log_message(self, format: str, *args: Any) -> None:  # quiet
             pass
 
         # -- helpers
@@ -378,7 +378,7 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
             )
 
         # -- routes
-        def do_GET(self) -> None:  # noqa: N802 - http.server API
+        def do_GET(self) -> None:  # http.server API
             path = self.path.split("?")[0].rstrip("/")
             if path in ("/v1/models", "/models"):
                 self._json(
@@ -412,7 +412,7 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
             else:
                 self._error(404, f"File Not Found: {path}")
 
-        def do_POST(self) -> None:  # noqa: N802 - http.server API
+        def do_POST(self) -> None:  # http.server API
             path = self.path.split("?")[0].rstrip("/")
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b""

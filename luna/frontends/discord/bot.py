@@ -190,7 +190,7 @@ class LunaBot(discord.Client):
     async def on_message(self, message: discord.Message) -> None:
         try:
             await self.handle_message(message)
-        except Exception as e:  # noqa: BLE001 - one bad message must not stop the bot
+        except Exception as e:  # one bad message must not stop the bot
             log.exception("discord: handling message %s failed", message.id)
             log_event("discord_error", op="on_message", error=type(e).__name__)
 
@@ -303,7 +303,7 @@ class LunaBot(discord.Client):
             log.exception("discord: turn failed in %s", batch.session_id)
             log_event("discord_error", op="turn", session=batch.session_id, error=type(e).__name__)
             stream.fail(short_line(str(e)) or GENERIC_FAILURE)
-        except Exception as e:  # noqa: BLE001 - a code bug: the log gets the traceback
+        except Exception as e:  # a code bug: the log gets the traceback
             log.exception("discord: turn crashed in %s", batch.session_id)
             log_event("discord_error", op="turn", session=batch.session_id, error=type(e).__name__)
             stream.fail(GENERIC_FAILURE)

@@ -169,7 +169,7 @@ class TurnRunner:
             if current is not None and current.cancelling():
                 raise  # we are being cancelled ourselves; ``finally`` reports the turn
             # else the agent's drain cancelled the turn: ``finally`` reports it
-        except Exception:  # noqa: BLE001 - one short line for the user, the traceback logged
+        except Exception:  # one short line for the user, the traceback logged
             log.exception("web turn %s failed", turn.id)
             if not ended:
                 self._emit(turn, {"type": "failed", "message": "Internal error; see the log."})
