@@ -1,7 +1,5 @@
 """view_image: an image file from the workspace becomes a tool image; anything else a refusal."""
 
-# ruff: noqa: ASYNC240 - tests prepare small files directly
-
 from __future__ import annotations
 
 import json
