@@ -13,9 +13,11 @@ Invariants:
 - ``body`` always carries the plain Markdown, the fallback for clients without HTML.
 - An edit carries ``m.new_content`` and a ``* ``-prefixed fallback body; the relation of the
   original (thread or reply) is never repeated inside ``m.new_content``.
-- :func:`split` keeps every part at most ``limit`` UTF-8 bytes of Markdown (the event itself
-  also carries HTML, so callers pass a limit well under Matrix's 65,536-byte event cap), cutting
-  at a paragraph, then a line, then a space, never inside a UTF-8 character.
+- :func:`split` keeps every part at most ``limit`` UTF-8 bytes of Markdown and at most
+  ``MAX_PART_BYTES`` of Markdown plus HTML, cutting at a paragraph, then a line, then a space,
+  never inside a UTF-8 character. That budget keeps the largest event Luna sends, an edit
+  (which carries body and HTML twice) encrypted (base64: 4/3 larger), under the 65,536-byte
+  event cap: 2 × 22,000 × 4/3 = 58,667 bytes, plus relations.
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ from typing import Any
 from markdown_it import MarkdownIt
 
 HTML_FORMAT = "org.matrix.custom.html"
-# Room events are capped at 65,536 bytes of JSON; body + HTML + relations must fit, so one
-# part holds at most this much Markdown (HTML is rarely more than twice its Markdown).
-DEFAULT_PART_BYTES = 16_000
+# Room events are capped at 65,536 bytes of JSON (see the module invariants).
+DEFAULT_PART_BYTES = 8_000  # Markdown per part
+MAX_PART_BYTES = 22_000  # Markdown + HTML per part
 
 _md = MarkdownIt("commonmark", {"html": False, "linkify": False, "breaks": True})
 _md.enable(["table", "strikethrough"])
@@ -107,14 +109,21 @@ def _cut(text: str, limit: int) -> int:
     return max(1, len(head))
 
 
+def _size(markdown: str) -> int:
+    return len(markdown.encode()) + len(to_html(markdown).encode())
+
+
 def split(markdown: str, limit: int = DEFAULT_PART_BYTES) -> list[str]:
-    """``markdown`` as parts of at most ``limit`` bytes each (one part when it fits)."""
+    """``markdown`` as parts within the budgets above (one part when it fits)."""
     parts: list[str] = []
     rest = markdown
-    while len(rest.encode()) > limit:
-        at = _cut(rest, limit)
+    while rest:
+        size = limit
+        while True:
+            at = len(rest) if len(rest.encode()) <= size else _cut(rest, size)
+            if _size(rest[:at]) <= MAX_PART_BYTES or size <= 256:
+                break
+            size //= 2  # HTML-heavy text (escapes, markup): a smaller part
         parts.append(rest[:at].rstrip())
         rest = rest[at:].lstrip("\n")
-    if rest or not parts:
-        parts.append(rest)
-    return parts
+    return parts or [""]

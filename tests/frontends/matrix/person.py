@@ -114,16 +114,16 @@ class Person:
 
     # ---- waiting ------------------------------------------------------------------------
 
-    async def wait_until(self, check: Any, timeout: float = WAIT_S) -> Any:
+    async def wait_until(self, check: Any, within: float = WAIT_S) -> Any:
         """Until ``check()`` returns something truthy (returned)."""
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + within
         while True:
             found = check()
             if found:
                 return found
             left = deadline - time.monotonic()
             if left <= 0:
-                raise AssertionError(f"{self.user_id} waited {timeout} s in vain")
+                raise AssertionError(f"{self.user_id} waited {within} s in vain")
             self.changed.clear()
             try:
                 await asyncio.wait_for(self.changed.wait(), min(left, 1.0))
