@@ -35,6 +35,7 @@ from mautrix.errors import MatrixConnectionError, MatrixInvalidToken, MatrixRequ
 from mautrix.types import DeviceID, LoginType, MatrixUserIdentifier, TrustState, UserID
 from mautrix.util.async_db import Database
 
+from luna import datafolder
 from luna.config import MatrixConfig
 from luna.errors import ConfigError, MatrixError
 
@@ -48,7 +49,7 @@ TRUST = {"cross-signed": TrustState.CROSS_SIGNED_TOFU, "unverified": TrustState.
 
 
 def crypto_path(data_dir: Path) -> Path:
-    return Path(data_dir) / "matrix" / CRYPTO_DB
+    return datafolder.matrix_crypto_file(data_dir)
 
 
 @dataclass

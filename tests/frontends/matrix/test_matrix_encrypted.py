@@ -53,3 +53,22 @@ async def test_matrix_image_in_encrypted_room_arrives_decrypted(world: World) ->
     await world.owner.answer(room, world.bot.user_id, "nice picture")
     sent = world.llm_server.requests[-1]["messages"][-1]["content"]
     assert "cat.png" in sent and hashlib.sha256(image).hexdigest() in sent
+
+
+async def test_matrix_doctor_checks_homeserver_login_keys(world: World) -> None:
+    from luna.doctor.matrix import check_matrix
+
+    world.llm_server.script(Reply("ok"))
+    luna = await world.start_luna()
+    cfg = luna.frontend.cfg
+    room = await open_dm(world)
+    await world.owner.say(room, "hello")
+    await world.owner.answer(room, world.bot.user_id, "ok")
+    results = {r.name: r for r in await check_matrix(cfg)}
+    assert all(r.ok for r in results.values()), results
+    assert world.bot.device_id in results["Matrix login"].detail
+    detail = results["Matrix encryption"].detail  # the owner's room key and Luna's own
+    assert "0 room keys" not in detail and "0 Olm sessions" not in detail
+    bad = cfg.model_copy(update={"matrix": cfg.matrix.model_copy(update={"access_token": "x"})})
+    refused = {r.name: r for r in await check_matrix(bad)}
+    assert refused["Matrix login"].ok is False
