@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Frontend = Literal["repl", "discord", "web", "cli", "subagent"]
+Frontend = Literal["repl", "discord", "matrix", "web", "cli", "subagent"]
 
 
 _SURROGATE = re.compile(r"[\ud800-\udfff]")

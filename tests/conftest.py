@@ -31,6 +31,8 @@ from tests.real_llama import RealLlama, model_path
 
 ISOLATED_ENV = (
     "DISCORD_TOKEN",
+    "MATRIX_ACCESS_TOKEN",
+    "MATRIX_PASSWORD",
     "LLM_ENDPOINT",
     "LLM_MODEL",
     "LLM_API_KEY",

@@ -3,7 +3,8 @@
 Invariants:
 - This is the only module that reads ``os.environ`` for settings (``NO_COLOR`` included: it
   becomes ``Config.no_color``).
-- Secrets (``discord.token``, ``llm.api_key``, ``web.token``, the embedding endpoint's key named
+- Secrets (``discord.token``, ``llm.api_key``, ``web.token``, ``matrix.access_token``,
+  ``matrix.password``, the embedding endpoint's key named
   by ``memory.embedding_endpoint_key_env``) come from the environment only; a
   config file that sets one is refused with a message saying which variable to set instead.
 - Relative paths resolve against the folder of the config file (or the current folder when
@@ -45,6 +46,8 @@ ENV_OVERRIDES = {
     "LUNA_MCP_SERVERS": "mcp.servers_file",
     "LUNA_OUTPUTS_DIR": "tools.outputs_dir",
     "LUNA_WEB_TOKEN": "web.token",
+    "MATRIX_ACCESS_TOKEN": "matrix.access_token",
+    "MATRIX_PASSWORD": "matrix.password",
 }
 
 
@@ -365,7 +368,8 @@ def mask_secret(value: str) -> str:
 
 def secret_values(cfg: Config) -> list[str]:
     """Secret strings that must never reach a log line, a tool or the model."""
-    return [v for v in (cfg.llm.api_key, cfg.discord.token, cfg.web.token, *cfg.extra_secrets) if v]
+    values = (cfg.llm.api_key, cfg.discord.token, cfg.web.token, *cfg.extra_secrets)
+    return [v for v in (*values, cfg.matrix.access_token, cfg.matrix.password) if v]
 
 
 def is_llm_endpoint_explicit(cfg: Config) -> bool:

@@ -4,7 +4,8 @@ Invariants:
 - Every key has a default, so Luna runs with no config file at all; config.toml documents each.
 - Every numeric key has bounds (checked at load and by ``config set``); floats must be finite.
 - Field names are the TOML keys; a section model refuses unknown keys.
-- Secrets (``llm.api_key``, ``discord.token``, ``web.token``, each hook's ``secret``) are plain
+- Secrets (``llm.api_key``, ``discord.token``, ``web.token``, ``matrix.access_token`` and
+  ``matrix.password``, each hook's ``secret``) are plain
   fields filled from the environment only (the loader refuses them in a file) and never appear
   in ``repr``.
 - Paths are stored as given here; the loader makes them absolute against the config's folder.
@@ -239,6 +240,31 @@ class DiscordConfig(Section):
     max_attachment_bytes: Annotated[int, Field(ge=0, le=25_000_000)] = 100_000
 
 
+MXID_PATTERN = r"@[^:\s]+:[^\s]+"
+MatrixUser = Annotated[str, Field(pattern=MXID_PATTERN)]
+MatrixTrust = Literal["cross-signed", "unverified"]
+
+
+class MatrixConfig(Section):
+    """The Matrix front-end (``luna.frontends.matrix``); on when ``homeserver`` and a login
+    (MATRIX_ACCESS_TOKEN or MATRIX_PASSWORD) are set."""
+
+    homeserver: str = ""  # e.g. https://matrix.example.org (the client-server API's base URL)
+    user_id: Annotated[str, Field(pattern=f"^(|{MXID_PATTERN})$")] = ""  # the bot's account
+    access_token: str = Field("", repr=False)  # secret: MATRIX_ACCESS_TOKEN only
+    password: str = Field("", repr=False)  # secret: MATRIX_PASSWORD only
+    device_name: NonEmpty = "Luna"
+    owner: Annotated[str, Field(pattern=f"^(|{MXID_PATTERN})$")] = ""
+    allowed_users: list[MatrixUser] = Field(default_factory=list)
+    # Which devices get Luna's room keys, and whose encrypted messages count as the owner's or
+    # an allowed user's: "cross-signed" (signed by their account's cross-signing key, trusted
+    # on first use) or "unverified" (any device the homeserver lists).
+    trust: MatrixTrust = "cross-signed"
+    edit_interval: Annotated[float, Field(ge=0.2, le=60)] = 1.5
+    max_attachment_bytes: Annotated[int, Field(ge=0, le=100_000_000)] = 10_000_000
+    request_timeout: Annotated[float, Field(ge=1, le=600)] = 30.0
+
+
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
 
 
@@ -348,6 +374,7 @@ class Config(BaseModel):
     agent: AgentConfig = Field(default_factory=AgentConfig)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     discord: DiscordConfig = Field(default_factory=DiscordConfig)
+    matrix: MatrixConfig = Field(default_factory=MatrixConfig)
     observe: ObserveConfig = Field(default_factory=ObserveConfig)
     mcp: MCPConfig = Field(default_factory=MCPConfig)
     web: WebConfig = Field(default_factory=WebConfig)
@@ -376,6 +403,7 @@ SECTIONS: dict[str, type[Section]] = {
     "agent": AgentConfig,
     "tools": ToolsConfig,
     "discord": DiscordConfig,
+    "matrix": MatrixConfig,
     "observe": ObserveConfig,
     "mcp": MCPConfig,
     "web": WebConfig,
@@ -387,5 +415,7 @@ SECRET_KEYS = {
     "llm.api_key": "LLM_API_KEY",
     "discord.token": "DISCORD_TOKEN",
     "web.token": "LUNA_WEB_TOKEN",
+    "matrix.access_token": "MATRIX_ACCESS_TOKEN",
+    "matrix.password": "MATRIX_PASSWORD",
     "memory.embedding_endpoint_key": "the variable memory.embedding_endpoint_key_env names",
 }

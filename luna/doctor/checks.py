@@ -40,6 +40,7 @@ from luna.doctor.database import check_database, check_schema, check_sqlite
 from luna.doctor.embedding import check_embedding_endpoint, prepared_model_result
 from luna.doctor.hooks import check_hooks
 from luna.doctor.llm import check_llm
+from luna.doctor.matrix import check_matrix
 from luna.doctor.result import (
     CheckResult,
     can_print_unicode,
@@ -64,6 +65,7 @@ GROUP_TIMEOUTS = {
     "sandbox": 30.0,
     "mcp": 120.0,
     "discord": 5.0,
+    "matrix": 15.0,
     "disk": 10.0,
     "web": 10.0,
     "hooks": 10.0,
@@ -310,6 +312,7 @@ CHECKS: list[tuple[str, Check]] = [
     ("sandbox", check_sandbox),
     ("mcp", check_mcp),
     ("discord", check_discord),
+    ("matrix", check_matrix),
     ("disk", check_disk),
     ("web", check_web),
     ("hooks", check_hooks),

@@ -25,6 +25,7 @@ from luna.config import Config
 MODULES = {
     "repl": "luna.frontends.repl",
     "discord": "luna.frontends.discord.bot",
+    "matrix": "luna.frontends.matrix.frontend",
     "web": "luna.frontends.web",
 }
 
@@ -51,13 +52,26 @@ class Frontend(Protocol):
 
 
 def chosen(cfg: Config, mode: str) -> list[str]:
-    """The front-ends to run: ``repl`` on request, else Discord when a token is set; plus
+    """The front-ends to run: ``repl`` on request, else Discord when a token is set and Matrix
+    when a homeserver and a login are (the REPL when neither is); plus
     ``web`` next to either when ``[web] enabled``. Mode ``web`` runs the web front-end alone
     (a service without Discord, where no terminal is attached)."""
     if mode == "web":
         return ["web"]
-    names = ["repl"] if mode == "repl" or not cfg.discord.token else ["discord"]
+    if mode == "repl":
+        names = ["repl"]
+    else:
+        chats = ["discord"] if cfg.discord.token else []
+        if matrix_configured(cfg):
+            chats.append("matrix")
+        names = chats or ["repl"]
     return [*names, "web"] if cfg.web.enabled else names
+
+
+def matrix_configured(cfg: Config) -> bool:
+    """A homeserver and a login: Luna runs the Matrix front-end."""
+    m = cfg.matrix
+    return bool(m.homeserver and (m.access_token or m.password))
 
 
 def check(names: list[str], cfg: Config, mode: str = "auto") -> None:

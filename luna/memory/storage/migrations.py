@@ -309,4 +309,17 @@ MIGRATIONS: list[Migration] = [
             )""",
         ],
     ),
+    (
+        "m011_matrix_sync",
+        [
+            # The Matrix front-end's sync position (luna.frontends.matrix.sync_token): the
+            # ``next_batch`` token after the last batch whose messages Luna took in, one row per
+            # bot account. With the database, so a backup or a restore keeps them together.
+            """CREATE TABLE matrix_sync (
+                user_id TEXT PRIMARY KEY,
+                next_batch TEXT NOT NULL,
+                updated_at TEXT NOT NULL
+            )""",
+        ],
+    ),
 ]

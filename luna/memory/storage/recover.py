@@ -49,6 +49,7 @@ BASE_TABLES = (
     "hook_events",
     "message_attachments",
     "image_descriptions",
+    "matrix_sync",
 )
 SQLITE_HEADER = b"SQLite format 3\x00"
 REPORTED = ("messages", "memories", "sessions", "summaries", "scheduled_tasks")
