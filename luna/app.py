@@ -98,7 +98,7 @@ async def build_components(
     mcp = MCPManager(cfg, registry, prelaunched=prelaunched)
     stack.push_async_callback(_with_deadline, mcp.stop, 30.0, "MCP servers")
     await mcp.start()
-    skills = registry.services.get("skills")
+    skills = registry.skills
     if skills is not None:  # parsed while the rest starts; a first head then reads no file
         skills.start_warming()
 

@@ -114,7 +114,7 @@ async def web_luna(luna_config: Callable[..., Config]) -> AsyncIterator[Callable
         if scheduler:  # the app's scheduler on a hand-moved clock (tests call tick_once)
             schedule.register(registry, cfg)
             service = SchedulerService(cfg, memory, agent, registry, clock=ManualClock(START))
-            registry.services["scheduler"] = ToolPort(service.api)
+            registry.scheduler = ToolPort(service.api)
         parts = Components(cfg, agent, memory, llm, registry, None, scheduler=service)
         frontend = WebFrontend(parts, announce=False)
         stop = asyncio.Event()
