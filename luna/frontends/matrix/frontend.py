@@ -205,7 +205,7 @@ class MatrixFrontend:
             log.exception("matrix: turn failed in %s", route.session_id)
             log_event("matrix_error", op="turn", session=route.session_id, error=type(e).__name__)
             stream.fail(str(e).splitlines()[0][:300] if str(e) else GENERIC_FAILURE)
-        except Exception as e:  # noqa: BLE001 - a code bug: the log gets the traceback
+        except Exception as e:  # a code bug: the log gets the traceback
             log.exception("matrix: turn crashed in %s", route.session_id)
             log_event("matrix_error", op="turn", session=route.session_id, error=type(e).__name__)
             stream.fail(GENERIC_FAILURE)

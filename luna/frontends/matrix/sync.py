@@ -161,7 +161,7 @@ class SyncLoop:
             return
         try:
             event = EncryptedEvent.deserialize(raw)
-        except Exception:  # noqa: BLE001 - malformed wire data: drop it, say so
+        except Exception:  # malformed wire data: drop it, say so
             log_event("matrix_undecryptable", event_id=str(raw.get("event_id")), why="malformed")
             return
         if event.sender == self.conn.user_id:
