@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -107,7 +108,7 @@ class AttachmentStore:
         label = name or "file"
         if len(data) > self.max_bytes:
             raise AttachmentRefusedError(
-                f"{label} refused: {len(data) / 1048576:.1f} MB is more than the "
+                f"{label} refused: it is more than the "
                 f"{self.max_bytes / 1048576:.0f} MB limit (attachments.max_file_mb)"
             )
         mime = sniff_mime(data)
@@ -121,6 +122,18 @@ class AttachmentStore:
         write_once(self.path_of(sha), data)
         write_once(self.normalized_path(sha, normal_mime), normal)
         return Attachment("image", mime, name, len(data), sha)
+
+    def put_path(self, path: Path) -> Attachment:
+        """``put`` the file at ``path`` (a front-end's ``/attach``), named by its file name;
+        AttachmentRefusedError when it cannot be read, is too large or is not an image."""
+        try:
+            with path.open("rb") as f:
+                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                    raise AttachmentRefusedError(f"{path} refused: not a regular file")
+                data = f.read(self.max_bytes + 1)
+        except OSError as e:
+            raise AttachmentRefusedError(f"cannot read {path}: {e.strerror or e}") from e
+        return self.put(data, path.name)
 
     def save(self, data: bytes, declared_mime: str, name: str) -> Attachment | None:
         """``put`` for ``StoredImages``: None (logged) when refused. ``declared_mime`` is
