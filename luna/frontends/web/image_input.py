@@ -1,9 +1,11 @@
 """Images in an OpenAI client's message: ``image_url`` parts into the attachment store.
 
 Invariants:
-- Only ``data:<type>;base64,<bytes>`` URLs are taken; the bytes are sniffed and normalized by
-  ``luna.attachments`` (the declared type is never trusted). An ``http(s)`` address is refused
-  for now (Luna does not fetch it; the client can send the bytes), as is any other scheme.
+- ``data:<type>;base64,<bytes>`` URLs, and ``http(s)`` addresses fetched through
+  ``web_fetch``'s SSRF guard (``luna.tools.builtin.web.fetch_raw``: non-public addresses
+  refused unless in ``tools.fetch_allow_hosts``, every redirect checked, the body capped at
+  ``attachments.max_file_mb``, ``tools.fetch_timeout``); any other scheme is refused. The
+  bytes are sniffed and normalized by ``luna.attachments`` (a declared type is never trusted).
 - Every refusal is an ``ImageInputError`` whose text names the part and says why (HTTP 400);
   nothing of a refused request is stored beyond images already kept by content hash.
 - Decoding, sniffing and storing run in a worker thread.
@@ -17,7 +19,10 @@ import binascii
 from typing import Any
 
 from luna.attachments import AttachmentRefusedError, AttachmentStore, sniff_mime
+from luna.config import Config
+from luna.errors import ToolError
 from luna.messages import Attachment
+from luna.tools.builtin.web import fetch_raw
 
 MAX_IMAGES = 8  # per message
 
@@ -51,10 +56,19 @@ def _decode(url: str, n: int) -> bytes:
         raise ImageInputError(f"image {n}: its base64 data is not valid") from e
 
 
-def _store(store: AttachmentStore, urls: list[str]) -> tuple[Attachment, ...]:
+async def _fetch(cfg: Config, store: AttachmentStore, url: str, n: int) -> bytes:
+    try:
+        got = await fetch_raw(cfg, url, store.max_bytes + 1)
+    except ToolError as e:
+        raise ImageInputError(f"image {n}: {e}") from e
+    if got.status >= 400:
+        raise ImageInputError(f"image {n}: {url} answered HTTP {got.status}")
+    return got.body  # over the cap: put refuses it as too large
+
+
+def _store(store: AttachmentStore, images: list[bytes]) -> tuple[Attachment, ...]:
     kept = []
-    for n, url in enumerate(urls, 1):
-        data = _decode(url, n)
+    for n, data in enumerate(images, 1):
         try:
             ext = (sniff_mime(data) or "image/unknown").partition("/")[2]
             kept.append(store.put(data, f"image-{n}.{ext}"))
@@ -63,7 +77,9 @@ def _store(store: AttachmentStore, urls: list[str]) -> tuple[Attachment, ...]:
     return tuple(kept)
 
 
-async def stored_images(store: AttachmentStore | None, content: Any) -> tuple[Attachment, ...]:
+async def stored_images(
+    cfg: Config, store: AttachmentStore | None, content: Any
+) -> tuple[Attachment, ...]:
     """The attachments of a message's ``image_url`` parts, stored; ImageInputError if not."""
     urls = image_urls(content)
     if not urls:
@@ -72,13 +88,14 @@ async def stored_images(store: AttachmentStore | None, content: Any) -> tuple[At
         raise ImageInputError("this Luna does not take images")
     if len(urls) > MAX_IMAGES:
         raise ImageInputError(f"at most {MAX_IMAGES} images per message")
-    for n, url in enumerate(urls, 1):
-        scheme = url.partition(":")[0].lower()
-        if scheme in ("http", "https"):
-            raise ImageInputError(
-                f"image {n} is an {scheme} address; Luna does not fetch images yet: send the "
-                "bytes as a data: URL (data:image/png;base64,…)"
-            )
-        if scheme != "data":
-            raise ImageInputError(f"image {n}: only data: URLs are taken")
-    return await asyncio.to_thread(_store, store, urls)
+    schemes = [url.partition(":")[0].lower() for url in urls]
+    for n, scheme in enumerate(schemes, 1):
+        if scheme not in ("data", "http", "https"):
+            raise ImageInputError(f"image {n}: only data: and http(s) URLs are taken")
+    images = []
+    for n, (url, scheme) in enumerate(zip(urls, schemes, strict=True), 1):
+        if scheme == "data":
+            images.append(await asyncio.to_thread(_decode, url, n))
+        else:
+            images.append(await _fetch(cfg, store, url, n))
+    return await asyncio.to_thread(_store, store, images)

@@ -15,8 +15,9 @@ Invariants:
   chunk when ``stream_options.include_usage`` asks, then ``[DONE]``.
 - ``finish_reason`` is ``length`` when the server cut the final reply at max_tokens (it said
   so), else ``stop``, streaming or not.
-- A new message's ``image_url`` parts (``data:`` URLs) go with it as attachments
-  (:mod:`luna.frontends.web.image_input`); any other image is a 400 naming why.
+- A new message's ``image_url`` parts (``data:`` URLs, ``http(s)`` through web_fetch's SSRF
+  guard) go with it as attachments (:mod:`luna.frontends.web.image_input`); an image that
+  cannot be taken is a 400 naming why.
 - Luna's tools run inside the turn (approvals on the page); the client sees only the reply.
   Client-side ``tools`` are not offered to the model and are ignored.
 - A dropped client does not cancel the turn (see :mod:`luna.frontends.web.turns`).
@@ -144,7 +145,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     if decision.outcome == "replayed":
         return await _replay(request, decision, cid, headers, is_stream, include_usage)
     try:
-        images = await stored_images(st.attachments, body["messages"][-1].get("content"))
+        images = await stored_images(st.cfg, st.attachments, body["messages"][-1].get("content"))
     except ImageInputError as e:
         return openai_error(400, str(e))
     try:

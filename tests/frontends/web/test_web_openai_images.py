@@ -7,11 +7,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import openai
 import pytest
+from aiohttp import web
 
 from luna.attachments.images import normalize
 from tests.fakes.images import png
@@ -80,9 +81,9 @@ async def test_openai_image_alone_is_a_message(
 @pytest.mark.parametrize(
     ("url", "says"),
     [
-        ("https://example.com/cat.png", "https address; Luna does not fetch images yet"),
-        ("http://127.0.0.1/cat.png", "http address; Luna does not fetch images yet"),
-        ("file:///etc/passwd", "only data: URLs are taken"),
+        ("http://127.0.0.1:9/cat.png", "image 1: refused: 127.0.0.1 resolves to a non-public"),
+        ("http://169.254.169.254/latest/meta-data", "non-public address (169.254.169.254)"),
+        ("file:///etc/passwd", "only data: and http(s) URLs are taken"),
         ("data:image/png;base64,%%%", "its base64 data is not valid"),
         ("data:image/png,rawbytes", "not a base64 data: URL"),
         (data_url(b"these are notes, not pixels"), "image-1.unknown refused: its bytes are not"),
@@ -98,3 +99,42 @@ async def test_openai_image_refused_with_a_400_that_says_why(
     assert says in caught.value.message
     assert chat_requests(llm_server) == []
     assert await luna.memory.session_messages("api:default") == []
+
+
+@pytest.fixture
+async def picture_site() -> AsyncIterator[str]:
+    """A real HTTP server on 127.0.0.1: /cat.png is PHOTO, /gone is a 404."""
+
+    async def cat(_request: web.Request) -> web.Response:
+        return web.Response(body=PHOTO, content_type="image/png")
+
+    app = web.Application()
+    app.router.add_get("/cat.png", cat)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    yield f"127.0.0.1:{port}"
+    await runner.cleanup()
+
+
+async def test_openai_image_http_url_is_fetched_through_the_ssrf_guard(
+    web_luna: Callable[..., Any], llm_server: FakeLLMServer, picture_site: str
+) -> None:
+    llm_server.vision = True
+    llm_server.default = Reply(content="A cat.")
+    luna = await web_luna({"tools": {"fetch_allow_hosts": [picture_site]}})
+    done = await sdk(luna).chat.completions.create(
+        model="luna", messages=with_image("and this?", f"http://{picture_site}/cat.png")
+    )
+    assert done.choices[0].message.content == "A cat."
+    (request,) = chat_requests(llm_server)
+    assert request["messages"][-1]["content"][0]["image_url"]["url"] == data_url(
+        normalize(PHOTO)[1]
+    )
+    with pytest.raises(openai.BadRequestError) as caught:
+        await sdk(luna).chat.completions.create(
+            model="luna", messages=with_image("and?", f"http://{picture_site}/gone")
+        )
+    assert f"image 1: http://{picture_site}/gone answered HTTP 404" in caught.value.message
