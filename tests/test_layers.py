@@ -26,7 +26,6 @@ ABOVE_OBSERVE = {
     "scheduler",
     "skills",
     "hooks",
-    "attachments",
 }
 FORBIDDEN: dict[str, set[str]] = {
     "config": ABOVE_OBSERVE | {"observe"},
@@ -41,9 +40,6 @@ FORBIDDEN: dict[str, set[str]] = {
     "doctor": {"frontends"},
     "skills": {"agent", "llm", "memory", "tools", "mcp", "frontends", "doctor", "scheduler",
                "hooks"},
-    # files by content hash: below everything that sends or shows them
-    "attachments": {"agent", "llm", "memory", "tools", "mcp", "frontends", "doctor",
-                    "scheduler", "hooks", "skills"},
 }  # fmt: skip
 LEAVES = {"messages.py": {"*"}, "errors.py": {"*"}}  # import no other Luna module
 # Inside luna.memory: part -> the parts it must never import ("facade" is luna/memory/__init__,

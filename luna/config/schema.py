@@ -364,12 +364,6 @@ class SkillsConfig(Section):
     paths: list[Path] = Field(default_factory=list)
 
 
-class AttachmentsConfig(Section):
-    # Longest side of an image as the model gets it (1024×768 costs 770 tokens on Qwen3.5).
-    image_max_side: Annotated[int, Field(ge=64, le=8192)] = 1024
-    max_file_mb: Annotated[float, Field(gt=0, le=1024)] = 20.0
-
-
 class Config(BaseModel):
     """The whole configuration: one frozen section per TOML table, plus where it came from."""
 
@@ -386,7 +380,6 @@ class Config(BaseModel):
     web: WebConfig = Field(default_factory=WebConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     skills: SkillsConfig = Field(default_factory=SkillsConfig)
-    attachments: AttachmentsConfig = Field(default_factory=AttachmentsConfig)
     # Webhooks, by name: the [hooks.NAME] tables (luna.config.hooks; not in SECTIONS).
     hooks: dict[str, HookConfig] = Field(default_factory=dict)
     # Where the config came from and where each value came from (key path -> source).
@@ -416,7 +409,6 @@ SECTIONS: dict[str, type[Section]] = {
     "web": WebConfig,
     "scheduler": SchedulerConfig,
     "skills": SkillsConfig,
-    "attachments": AttachmentsConfig,
 }
 
 SECRET_KEYS = {

@@ -7,8 +7,7 @@ torch, and why) and which recall mode served recent turns (from the event log); 
 sqlite-vec; the database (quick_check, a lost file, the running Luna, backups, held messages);
 schema version; bubblewrap; each MCP server starts and lists tools; Discord token
 shape; free disk for the data folder; the web front-end's bind address, token and proxy
-(``doctor/web.py``); each webhook's secret, target and template (``doctor/hooks.py``);
-Pillow and the attachments folder (``doctor/attachments.py``).
+(``doctor/web.py``); each webhook's secret, target and template (``doctor/hooks.py``).
 
 Invariants:
 - Exit code 1 when any *essential* check fails, else 0; degraded checks (⚠) never fail the run.
@@ -37,7 +36,6 @@ from typing import Any
 
 from luna.config import Config
 from luna.config.secrets import discord_bot_id, discord_token_problem
-from luna.doctor.attachments import check_attachments
 from luna.doctor.database import check_database, check_schema, check_sqlite
 from luna.doctor.embedding import check_embedding_endpoint, prepared_model_result
 from luna.doctor.hooks import check_hooks
@@ -71,7 +69,6 @@ GROUP_TIMEOUTS = {
     "disk": 10.0,
     "web": 10.0,
     "hooks": 10.0,
-    "attachments": 30.0,
 }
 DISK_FAIL_BYTES = 200 * 1024**2
 DISK_WARN_BYTES = 2 * 1024**3
@@ -320,7 +317,6 @@ CHECKS: list[tuple[str, Check]] = [
     ("web", check_web),
     ("hooks", check_hooks),
     ("skills", check_skills),
-    ("attachments", check_attachments),
 ]
 
 

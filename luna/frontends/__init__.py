@@ -42,7 +42,6 @@ class Components:
     mcp: Any
     banner: str = ""
     scheduler: Any = None  # luna.scheduler.service.SchedulerService, or None when disabled
-    attachments: Any = None  # luna.attachments.AttachmentStore (files sent with a message)
 
 
 class Frontend(Protocol):
