@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import struct
+import zipfile
 import zlib
 
 from PIL import Image
@@ -74,3 +75,61 @@ def truncated(data: bytes, keep: float = 0.5) -> bytes:
 SVG = b"""<?xml version="1.0" encoding="UTF-8"?>
 <svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"><rect width="10" height="10"/></svg>
 """
+
+
+def pdf(pages: list[str], *, password: str | None = None) -> bytes:
+    """A PDF whose pages carry these texts (Helvetica, one line each); an empty string makes a
+    page with no text. With ``password``: encrypted (AES-256), opened only with it."""
+    from pypdf import PdfWriter
+    from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject
+
+    writer = PdfWriter()
+    font = writer._add_object(
+        DictionaryObject(
+            {
+                NameObject("/Type"): NameObject("/Font"),
+                NameObject("/Subtype"): NameObject("/Type1"),
+                NameObject("/BaseFont"): NameObject("/Helvetica"),
+            }
+        )
+    )
+    fonts = DictionaryObject({NameObject("/F1"): font})
+    resources = DictionaryObject({NameObject("/Font"): fonts})
+    for text in pages:
+        page = writer.add_blank_page(612, 792)
+        if text:
+            stream = DecodedStreamObject()
+            stream.set_data(f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode("latin-1"))
+            page[NameObject("/Contents")] = writer._add_object(stream)
+            page[NameObject("/Resources")] = resources
+    if password is not None:
+        writer.encrypt(password, algorithm="AES-256")
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+def scanned_pdf() -> bytes:
+    """A one-page PDF holding only a picture, as a scanner makes it: no text layer."""
+    out = io.BytesIO()
+    Image.open(io.BytesIO(photo(400, 300))).save(out, "PDF")
+    return out.getvalue()
+
+
+def docx(paragraphs: list[str]) -> bytes:
+    """A minimal Word document (the parts Word itself needs to open it)."""
+    body = "".join(f"<w:p><w:r><w:t>{p}</w:t></w:r></w:p>" for p in paragraphs)
+    ns = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
+    parts = {
+        "[Content_Types].xml": (
+            '<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/'
+            'content-types"><Default Extension="xml" ContentType="application/xml"/></Types>'
+        ),
+        "word/document.xml": f'<?xml version="1.0"?><w:document xmlns:w="{ns}"><w:body>{body}'
+        "</w:body></w:document>",
+    }
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        for name, text in parts.items():
+            archive.writestr(name, text)
+    return out.getvalue()
