@@ -90,11 +90,12 @@ def luna_config(tmp_path: Path, llm_server: FakeLLMServer) -> Callable[..., Conf
 @pytest.fixture(scope="session")
 def real_llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., RealLlama]]:
     """``real_llama(template="stock"|"luna", ctx=8192, slots=1, fresh_server=False,
-    swa_full=False) -> RealLlama``; servers run without --swa-full unless asked (see
-    tests/real_llama.py), and a --swa-full one is never shared."""
+    swa_full=False, vision=False) -> RealLlama``; servers run without --swa-full unless asked
+    (see tests/real_llama.py), and a --swa-full one is never shared; ``vision=True`` adds the
+    tiny vision projector (--mmproj), ``vision="qwen3.5"`` the one with Qwen3.5's geometry."""
     base = tmp_path_factory.mktemp("llama-server")
     model = model_path(base / "models")
-    shared: dict[tuple[str, int, int], RealLlama] = {}
+    shared: dict[tuple[str, int, int, bool | str], RealLlama] = {}
     fresh: list[RealLlama] = []
 
     def get(
@@ -104,12 +105,20 @@ def real_llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..
         *,
         fresh_server: bool = False,
         swa_full: bool = False,
+        vision: bool | str = False,
     ) -> RealLlama:
-        key = (template, ctx, slots)
+        key = (template, ctx, slots, vision)
         if fresh_server or swa_full or key not in shared:
-            log = base / f"llama-{template}-{ctx}-{slots}-{len(fresh)}.log"
+            seeing = f"-vision-{vision}" if vision else ""
+            name = f"{template}-{ctx}-{slots}{seeing}-{len(fresh)}"
             server = RealLlama(
-                model, log, template=template, ctx=ctx, slots=slots, swa_full=swa_full
+                model,
+                base / f"llama-{name}.log",
+                template=template,
+                ctx=ctx,
+                slots=slots,
+                swa_full=swa_full,
+                vision=vision,
             ).start()
             if not (fresh_server or swa_full):
                 shared[key] = server

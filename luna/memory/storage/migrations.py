@@ -283,4 +283,30 @@ MIGRATIONS: list[Migration] = [
             "CREATE INDEX hook_events_state ON hook_events(state, id)",
         ],
     ),
+    (
+        "m010_message_attachments",
+        [
+            # The files a message carried (a user's, or the images a tool returned), in order;
+            # the bytes live in the attachment store under ``sha256``.
+            """CREATE TABLE message_attachments (
+                message_id INTEGER NOT NULL REFERENCES messages(id),
+                position INTEGER NOT NULL,
+                kind TEXT NOT NULL,
+                mime TEXT NOT NULL,
+                name TEXT NOT NULL DEFAULT '',
+                size INTEGER NOT NULL,
+                sha256 TEXT NOT NULL,
+                PRIMARY KEY (message_id, position)
+            )""",
+            "CREATE INDEX message_attachments_sha256 ON message_attachments(sha256)",
+            # What the vision model said an image shows, once per content hash: the searchable
+            # text of the messages that carry it, and what a text-only model reads instead.
+            """CREATE TABLE image_descriptions (
+                sha256 TEXT PRIMARY KEY,
+                text TEXT NOT NULL,
+                model TEXT NOT NULL,
+                created_at TEXT NOT NULL
+            )""",
+        ],
+    ),
 ]
