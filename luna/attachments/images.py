@@ -22,14 +22,19 @@ from __future__ import annotations
 
 import asyncio
 import io
+import logging
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from luna.attachments.sniff import sniff
 from luna.attachments.store import DERIVED, AttachmentStore, write_atomic
 from luna.errors import AttachmentError
+from luna.messages import Attachment
+
+log = logging.getLogger(__name__)
 
 FORMATS = ("PNG", "JPEG", "GIF", "WEBP", "BMP")
 MAX_PIXELS = int(Image.MAX_IMAGE_PIXELS or 89_478_485)  # about 9,459 x 9,459
@@ -151,6 +156,11 @@ class ImageCache:
                 return NormalizedImage(mime, data, image.width, image.height)
         return None
 
+    def keep(self, sha256: str, made: NormalizedImage) -> None:
+        """Cache an image already derived from the stored file ``sha256`` (blocking)."""
+        if self._cached(sha256) is None:
+            write_atomic(self.folder(sha256) / f"{sha256}{_suffix(made.mime)}", made.data)
+
     def derive_now(self, sha256: str, data: bytes | None = None) -> NormalizedImage:
         """The derived image (blocking): from the cache, else made from ``data`` (or the
         stored file) and cached."""
@@ -160,6 +170,28 @@ class ImageCache:
         made = normalize(self.store.read(sha256) if data is None else data, self.longest_side)
         write_atomic(self.folder(sha256) / f"{sha256}{_suffix(made.mime)}", made.data)
         return made
+
+    def load(self, attachment: Attachment) -> tuple[str, bytes] | None:
+        """(mime, bytes) of a stored image as a model gets it, or None when it cannot be had
+        (blocking; ``luna.agent.image_parts.StoredImages`` calls it in a thread)."""
+        try:
+            made = self.derive_now(attachment.sha256)
+        except AttachmentError as e:
+            log.warning("image %s cannot be loaded: %s", attachment.sha256[:12], e)
+            return None
+        return made.mime, made.data
+
+    def save(self, data: bytes, mime: str, name: str) -> Attachment | None:
+        """Store an image a tool returned (blocking); None when its bytes are no image Luna
+        reads. ``mime`` is the tool's claim: the stored type is the one the bytes show."""
+        try:
+            made = normalize(data, self.longest_side)
+        except AttachmentError as e:
+            log.info("a tool's %s is not kept: %s", mime, e)
+            return None
+        sha = self.store.write(data)
+        self.keep(sha, made)
+        return Attachment("image", sniff(data).mime, name, len(data), sha)
 
     async def derived(self, sha256: str, data: bytes | None = None) -> NormalizedImage:
         """The derived image of a stored file, made once (one at a time per file).
