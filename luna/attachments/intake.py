@@ -165,8 +165,8 @@ class Intake:
             data = await upload.read(limit)
         else:
             raise AttachmentError("no content")
-        if len(data) > limit:
-            raise AttachmentError(_too_big(len(data), limit, at_least=upload.data is None))
+        if len(data) > limit:  # read up to the cap plus a byte: its true size is unknown
+            raise AttachmentError(_too_big(len(data) if len(data) > limit + 1 else None, limit))
         if not data:
             raise AttachmentError("the file is empty")
         return data
@@ -210,11 +210,9 @@ class Intake:
         return f"{head}\n{shaped}"
 
 
-def _too_big(size: int, limit: int, *, at_least: bool = False) -> str:
-    over = "over " if at_least else ""
-    return (
-        f"too big ({over}{size_text(size)}; the limit is {size_text(limit)}, attachments.max_bytes)"
-    )
+def _too_big(size: int | None, limit: int) -> str:
+    known = f"{size_text(size)}; " if size is not None else ""
+    return f"too big ({known}the limit is {size_text(limit)}, attachments.max_bytes)"
 
 
 def _what(mime: str) -> str:
