@@ -5,6 +5,7 @@
 
 import { api } from "./api.js";
 import { approvalCard } from "./approvals.js";
+import { clearFiles, initAttachments, pendingFiles } from "./attachments.js";
 import { $, clear, el, setText, short } from "./dom.js";
 import { renderMarkdown } from "./markdown.js";
 
@@ -226,6 +227,9 @@ export function onEvent(event) {
   switch (event.type) {
     case "turn_started":
       turn.box.append(bubble("user", event.text));
+      for (const file of event.files || []) {
+        turn.box.append(el("div", { class: "file muted small" }, `attached: ${file.name}`));
+      }
       turn.typing = el("div", { class: "typing muted" }, "Luna is thinking…");
       turn.box.append(turn.typing);
       break;
@@ -275,17 +279,29 @@ export function onEvent(event) {
   keepBottom(wasNear);
 }
 
+function formWith(text, files) {
+  const form = new FormData();
+  form.append("text", text);
+  for (const file of files) form.append("file", file, file.name);
+  return form;
+}
+
 async function send(event) {
   event.preventDefault();
   const input = $("#input");
   const text = input.value;
-  if (!text.trim() || !current) return;
+  const files = pendingFiles();
+  if ((!text.trim() && !files.length) || !current) return;
   input.value = "";
+  clearFiles();
   try {
-    await api(`/api/sessions/${encodeURIComponent(current)}/messages`, {
+    const sent = await api(`/api/sessions/${encodeURIComponent(current)}/messages`, {
       method: "POST",
-      body: { text },
+      body: files.length ? formWith(text, files) : { text },
     });
+    for (const line of sent?.refused || []) {
+      messages().append(el("div", { class: "msg error refused" }, `not taken: ${line}`));
+    }
   } catch (err) {
     messages().append(el("div", { class: "msg error" }, `not sent: ${err.message}`));
     input.value = text;
@@ -295,6 +311,7 @@ async function send(event) {
 export async function init() {
   $("#new-session").addEventListener("click", newSession);
   $("#composer").addEventListener("submit", send);
+  initAttachments();
   $("#input").addEventListener("keydown", (event) => {
     if (event.key === "Enter" && !event.shiftKey) {
       event.preventDefault();
