@@ -2,6 +2,8 @@
 a real ``python -m luna web`` process: the button, a paste and a drop; a refused file's line.
 Screenshots go to test-artifacts/web/."""
 
+# ruff: noqa: F811 - the browser test's fixtures are imported, and tests name them as arguments
+
 from __future__ import annotations
 
 import base64
