@@ -94,6 +94,14 @@ async def test_attach_paste_and_drop_send_files_with_the_message(
     assert "[not taken: notes.png: not an image" in last_user_text(fake_llm)
     await shot(page, "attach-03-refused")
 
+    await page.reload()  # the history, drawn from the log, shows the files too
+    await page.wait_for_selector("#messages .msg.assistant:has-text('Noted.')")
+    assert await page.locator("#messages .file").all_text_contents() == [
+        "attached: holiday.jpg",
+        "attached: pasted-2.png",
+        "attached: diagram.png",
+    ]
+
     with sqlite3.connect(luna_web.db_path) as db:
         names = [r[0] for r in db.execute("SELECT name FROM message_attachments ORDER BY rowid")]
     assert names == ["holiday.jpg", "pasted-2.png", "diagram.png"]

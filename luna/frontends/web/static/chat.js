@@ -80,10 +80,17 @@ function finishTool(line, isError, seconds, preview) {
 
 // ---- history -------------------------------------------------------------------------
 
+function fileLine(file) {
+  return el("div", { class: "file muted small" }, `attached: ${file.name}`);
+}
+
 function renderMessages(list, container) {
   const tools = new Map();
   for (const m of list) {
-    if (m.role === "user") container.append(bubble("user", m.content));
+    if (m.role === "user") {
+      container.append(bubble("user", m.content));
+      for (const file of m.files || []) container.append(fileLine(file));
+    }
     else if (m.role === "assistant") {
       if (m.content) container.append(bubble("assistant", m.content));
       for (const call of m.tool_calls || []) {
@@ -227,9 +234,7 @@ export function onEvent(event) {
   switch (event.type) {
     case "turn_started":
       turn.box.append(bubble("user", event.text));
-      for (const file of event.files || []) {
-        turn.box.append(el("div", { class: "file muted small" }, `attached: ${file.name}`));
-      }
+      for (const file of event.files || []) turn.box.append(fileLine(file));
       turn.typing = el("div", { class: "typing muted" }, "Luna is thinking…");
       turn.box.append(turn.typing);
       break;
