@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.fakes.attachments import SVG, animated_gif, pdf, photo, png_bomb
+from tests.fakes.attachments import SVG, animated_gif, pdf, photo, png_bomb, truncated
 from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.frontends.web.test_web_openai import sdk
 from tests.mcp.mcp_helpers import wait_until
@@ -88,6 +88,7 @@ async def test_openai_image_url_parts_reach_the_model_and_bad_ones_get_a_line(
                             "type": "image_url",
                             "image_url": {"url": data_url(animated_gif(), "image/gif")},
                         },
+                        {"type": "image_url", "image_url": {"url": data_url(truncated(photo()))}},
                     ],
                 }
             ],
@@ -102,6 +103,7 @@ async def test_openai_image_url_parts_reach_the_model_and_bad_ones_get_a_line(
     assert "[not taken: x.png: not fetched: refused: 10.1.2.3 resolves to a non-public" in text
     assert "[not taken: image-4.png: not an image: its bytes are text]" in text
     assert "[not taken: image-5.png: 12000x12000 pixels is over the" in text
+    assert "[not taken: image-7.png: the image is damaged and cannot be decoded" in text
     assert hits == []  # the loopback server was never asked
     assert stored(luna) == [("image-1.png", "image", "image/jpeg"), ("image-6.gif", "image",
                             "image/gif")]  # fmt: skip
@@ -140,6 +142,7 @@ async def test_page_api_multipart_takes_files_and_says_what_was_refused(
         ("file", ("logo.svg", SVG, "image/svg+xml")),
         ("file", ("locked.pdf", pdf(["secret"], password="pw"), "application/pdf")),
         ("file", ("book.pdf", pdf([f"page {i}" for i in range(2000)]), "application/pdf")),
+        ("file", ("broken.pdf", truncated(pdf(["a", "b"]), 0.4), "application/pdf")),
     ]
     async with luna.client() as client:
         resp = await client.post(
@@ -148,13 +151,14 @@ async def test_page_api_multipart_takes_files_and_says_what_was_refused(
     assert resp.status_code == 202, resp.text
     body = resp.json()
     assert [f["name"] for f in body["files"]] == ["holiday.jpg", "logo.svg", "locked.pdf",
-                                                  "book.pdf"]  # fmt: skip
+                                                  "book.pdf", "broken.pdf"]  # fmt: skip
     assert body["refused"] == ["huge.jpg: too big (the limit is 19.1 MB, attachments.max_bytes)"]
     await wait_until(lambda: bool(llm_server.requests), "the turn's request")
     text = user_text(llm_server.requests[0])
     assert text.startswith("look\n\n[file logo.svg (image/svg+xml, 139 bytes): an SVG drawing is")
     assert "[document locked.pdf (PDF, 1 KB): PDF encrypted with a password: not read]" in text
     assert "read the first 200 of 2,000 pages (attachments.max_pages)]" in text
+    assert "[document broken.pdf (PDF, " in text and "): PDF damaged, not read (" in text
     assert "[not taken: huge.jpg: too big" in text
 
 
