@@ -12,6 +12,7 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 from pathlib import PurePosixPath
@@ -64,8 +65,8 @@ def _data_upload(url: str, number: int) -> Upload:
             raise AttachmentError("not a base64 data: URL (data:TYPE;base64,...)")
         if len(payload) * 3 // 4 > limit + 3:
             return b"\0" * (limit + 1)  # over the cap, judged without decoding it
-        try:
-            return base64.b64decode(payload, validate=True)
+        try:  # megabytes of base64: decoded off the event loop
+            return await asyncio.to_thread(base64.b64decode, payload, validate=True)
         except (binascii.Error, ValueError):
             raise AttachmentError("the data: URL is not valid base64") from None
 
