@@ -14,7 +14,8 @@ Invariants:
   copy cached before it is stored, so a stored image is always one a model can be shown.
 - A document's text goes into the message through the large-output pipeline
   (``luna.tools.output.shape_output``): the same size limit and saved-file reference as a
-  large tool result. A document that cannot be read is still kept, with its honest line.
+  large tool result, wrapped as untrusted data as a tool's output is (a PDF from anywhere can
+  hold instructions). A document that cannot be read is still kept, with its honest line.
 - Nothing blocking on the event loop: hashing, sniffing, decoding and writing run in worker
   threads, conversion in ``luna.attachments.documents``.
 """
@@ -38,6 +39,7 @@ from luna.config.timezone import zone_for
 from luna.errors import AttachmentError
 from luna.messages import Attachment
 from luna.tools.output import shape_output
+from luna.tools.untrusted import wrap_untrusted
 
 log = logging.getLogger(__name__)
 
@@ -175,9 +177,8 @@ class Intake:
         data = await self._bytes(upload)
         name = display_name(upload.name)
         sniffed = await asyncio.to_thread(sniff, data)
-        claims_image = PurePath(
-            name
-        ).suffix.lower() in IMAGE_SUFFIXES or upload.declared_mime.startswith("image/")
+        named_image = PurePath(name).suffix.lower() in IMAGE_SUFFIXES
+        claims_image = named_image or upload.declared_mime.startswith("image/")
         if claims_image and not sniffed.mime.startswith("image/"):
             raise AttachmentError(f"not an image: its bytes are {_what(sniffed.mime)}")
         made = None
@@ -206,8 +207,8 @@ class Intake:
             return head
         shaped = await shape_output(
             doc.text, tool=f"document-{attachment.sha256[:8]}", user_request=text, cfg=self.cfg
-        )
-        return f"{head}\n{shaped}"
+        )  # a document's words are data, whoever wrote them: wrapped as a tool's output is
+        return f"{head}\n{wrap_untrusted(shaped, f'document {attachment.name}')}"
 
 
 def _too_big(size: int | None, limit: int) -> str:

@@ -127,4 +127,7 @@ async def test_intake_puts_document_text_in_the_message_within_the_output_limit(
     assert "[large output of document-" in book and "Read more with read_file" in book
     assert locked == "[document locked.pdf (PDF, 1 KB): PDF encrypted with a password: not read]"
     assert broken.startswith("[document broken.pdf (PDF, 19 bytes): PDF damaged, not read (")
-    assert notes == "[document notes.txt (text, 17 bytes): text]\nshort plain notes"
+    assert notes == (
+        "[document notes.txt (text, 17 bytes): text]\n"
+        '<untrusted source="document_notes.txt">\nshort plain notes\n</untrusted>'
+    )

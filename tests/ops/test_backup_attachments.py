@@ -38,7 +38,9 @@ def test_backup_copies_attachments_and_restore_brings_them_back(
     assert f"attachments in {backups / 'attachments'}: 2 copied, 0 already there" in made.stdout
     beside = AttachmentStore(backups / "attachments")
     assert set(beside.hashes()) == hashes and all(beside.verify(h) is None for h in hashes)
-    again = run_luna(tmp_path, llm_server.url, "backup")  # a second backup shares the files
+    # A second backup in the same folder shares the files (its own name: one second apart, the
+    # default names would be the same).
+    again = run_luna(tmp_path, llm_server.url, "backup", str(backups / "second.db"))
     assert "0 copied, 2 already there" in again.stdout, again.stdout
 
     shutil.rmtree(tmp_path / "data" / "attachments")  # the data folder's files are lost
