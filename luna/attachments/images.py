@@ -151,9 +151,13 @@ class ImageCache:
         self.store.path(sha256)  # checks the reference before it names a file
         for path in self.folder(sha256).glob(f"{sha256}.*"):
             mime = "image/jpeg" if path.suffix == ".jpg" else "image/png"
-            data = path.read_bytes()
-            with Image.open(io.BytesIO(data)) as image:
-                return NormalizedImage(mime, data, image.width, image.height)
+            try:
+                data = path.read_bytes()
+                with Image.open(io.BytesIO(data)) as image:
+                    return NormalizedImage(mime, data, image.width, image.height)
+            except (OSError, UnidentifiedImageError) as e:  # damaged: made again from the file
+                log.warning("derived image %s is unreadable (%s); making it again", path, e)
+                path.unlink(missing_ok=True)
         return None
 
     def keep(self, sha256: str, made: NormalizedImage) -> None:
@@ -176,7 +180,7 @@ class ImageCache:
         (blocking; ``luna.agent.image_parts.StoredImages`` calls it in a thread)."""
         try:
             made = self.derive_now(attachment.sha256)
-        except AttachmentError as e:
+        except (AttachmentError, OSError) as e:
             log.warning("image %s cannot be loaded: %s", attachment.sha256[:12], e)
             return None
         return made.mime, made.data

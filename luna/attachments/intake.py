@@ -143,6 +143,11 @@ class Intake:
             except AttachmentError as e:
                 out.refusals.append(f"{display_name(upload.name)}: {e}")
                 continue
+            except OSError as e:  # the data folder could not take it (full, read-only)
+                log.exception("attachment %s could not be stored", upload.name)
+                why = f"could not be stored ({e.strerror or e})"
+                out.refusals.append(f"{display_name(upload.name)}: {why}")
+                continue
             out.attachments.append(attachment)
             if block:
                 out.blocks.append(block)

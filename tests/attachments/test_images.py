@@ -112,3 +112,13 @@ async def test_image_cache_derives_once_and_keeps_the_bytes(tmp_path: Path) -> N
     assert not kept.exists()
     with pytest.raises(AttachmentMissingError):
         await cache.derived(sha)
+
+
+async def test_image_cache_makes_a_damaged_derived_copy_again(tmp_path: Path) -> None:
+    store = AttachmentStore(tmp_path / "attachments")
+    sha = store.write(photo(300, 200, fmt="PNG"))
+    cache = ImageCache(store, 1024)
+    first = await cache.derived(sha)
+    kept = cache.folder(sha) / f"{sha}.png"
+    kept.write_bytes(b"garbage")
+    assert await cache.derived(sha) == first and kept.read_bytes() == first.data

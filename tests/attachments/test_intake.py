@@ -131,3 +131,14 @@ async def test_intake_puts_document_text_in_the_message_within_the_output_limit(
         "[document notes.txt (text, 17 bytes): text]\n"
         '<untrusted source="document_notes.txt">\nshort plain notes\n</untrusted>'
     )
+
+
+async def test_intake_refuses_with_a_line_when_the_data_folder_cannot_store(
+    luna_config: Callable[..., Config],
+) -> None:
+    intake = _intake(luna_config)
+    intake.store.root.parent.mkdir(parents=True, exist_ok=True)
+    intake.store.root.write_text("a file where the attachments folder should be")
+    got = await intake.take_all([Upload("a.txt", b"words")], "hi")
+    assert got.attachments == []
+    assert got.refusals == ["a.txt: could not be stored (File exists)"]
