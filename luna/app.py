@@ -103,6 +103,8 @@ async def build_components(
         skills.start_warming()
 
     from luna.agent import Agent
+    from luna.agent.image_parts import StoredImages
+    from luna.attachments.intake import Intake
     from luna.memory import Memory
     from luna.memory.embedding.embed_worker import EmbeddingProcess
     from luna.memory.librarian import Librarian
@@ -145,6 +147,7 @@ async def build_components(
         stack.push_async_callback(_with_deadline, librarian.aclose, 15.0, "librarian")
     requests = RequestLog.beside(cfg.memory.db_path)
     stack.callback(requests.close)
+    intake = Intake(cfg)  # files sent with a message, and the images the agent shows
     agent = Agent(
         cfg,
         llm,
@@ -154,6 +157,7 @@ async def build_components(
         requests,
         background_llm=background,
         subagent_llm=router.view("subagent"),
+        images=StoredImages(intake.images.load, intake.images.save),
     )
     if embedded:
         agent.tools_enabled = False  # the demo model cannot call tools
@@ -165,7 +169,9 @@ async def build_components(
         await scheduler.start()
         deadline = cfg.agent.shutdown_grace + 15.0
         stack.push_async_callback(_with_deadline, scheduler.stop, deadline, "scheduler")
-    return Components(cfg, agent, memory, llm, registry, mcp, banner, scheduler=scheduler)
+    return Components(
+        cfg, agent, memory, llm, registry, mcp, banner, scheduler=scheduler, intake=intake
+    )
 
 
 async def _serve(frontends: list[Frontend], agent: Any, stop: asyncio.Event, grace: float) -> int:

@@ -26,6 +26,7 @@ ABOVE_OBSERVE = {
     "scheduler",
     "skills",
     "hooks",
+    "attachments",
 }
 FORBIDDEN: dict[str, set[str]] = {
     "config": ABOVE_OBSERVE | {"observe"},
@@ -38,6 +39,10 @@ FORBIDDEN: dict[str, set[str]] = {
     "scheduler": {"frontends", "doctor", "hooks"},
     "hooks": {"frontends", "doctor"},
     "doctor": {"frontends"},
+    # Files sent with a message: below the agent and the front-ends, beside the tools (their
+    # output pipeline shapes a long document; read_file converts documents through it).
+    "attachments": {"agent", "llm", "memory", "mcp", "frontends", "doctor", "scheduler", "hooks",
+                    "skills"},
     "skills": {"agent", "llm", "memory", "tools", "mcp", "frontends", "doctor", "scheduler",
                "hooks"},
 }  # fmt: skip

@@ -351,6 +351,21 @@ class SchedulerConfig(Section):
     heartbeat_to: Literal["auto", "repl", "discord"] = "auto"
 
 
+class AttachmentsConfig(Section):
+    """Files that come with a message (``luna.attachments``): caps and the image size.
+
+    ``image_longest_side`` is what an image is downscaled to before a model sees it: Qwen3.5's
+    vision encoder spends one token per 32x32 pixels, so 1024 costs at most about 1,000 tokens
+    (a 4:3 photo 768) and keeps a screenshot's text readable.
+    """
+
+    max_bytes: Annotated[int, Field(ge=1024, le=1_000_000_000)] = 20_000_000
+    max_per_message: Annotated[int, Field(ge=1, le=100)] = 10
+    max_per_day: Annotated[int, Field(ge=1, le=100_000)] = 200
+    image_longest_side: Annotated[int, Field(ge=64, le=8192)] = 1024
+    max_pages: Annotated[int, Field(ge=1, le=100_000)] = 200
+
+
 class MCPConfig(Section):
     servers_file: Path = Path("mcp_servers.json")
     start_timeout: Annotated[float, Field(ge=1, le=600)] = 30.0
@@ -380,6 +395,7 @@ class Config(BaseModel):
     web: WebConfig = Field(default_factory=WebConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     skills: SkillsConfig = Field(default_factory=SkillsConfig)
+    attachments: AttachmentsConfig = Field(default_factory=AttachmentsConfig)
     # Webhooks, by name: the [hooks.NAME] tables (luna.config.hooks; not in SECTIONS).
     hooks: dict[str, HookConfig] = Field(default_factory=dict)
     # Where the config came from and where each value came from (key path -> source).
@@ -409,6 +425,7 @@ SECTIONS: dict[str, type[Section]] = {
     "web": WebConfig,
     "scheduler": SchedulerConfig,
     "skills": SkillsConfig,
+    "attachments": AttachmentsConfig,
 }
 
 SECRET_KEYS = {

@@ -5,9 +5,10 @@ line under each ✗ and ⚠. Checks: config; LLM endpoint reachable, model alias
 size from ``/props``, a tool-call probe, reasoning format; embeddings load (ONNX export or
 torch, and why) and which recall mode served recent turns (from the event log); SQLite FTS5 and
 sqlite-vec; the database (quick_check, a lost file, the running Luna, backups, held messages);
-schema version; bubblewrap; each MCP server starts and lists tools; Discord token
-shape; free disk for the data folder; the web front-end's bind address, token and proxy
-(``doctor/web.py``); each webhook's secret, target and template (``doctor/hooks.py``).
+schema version; the attachments the log refers to (``doctor/attachments.py``); bubblewrap;
+each MCP server starts and lists tools; Discord token shape; free disk for the data folder;
+the web front-end's bind address, token and proxy (``doctor/web.py``); each webhook's
+secret, target and template (``doctor/hooks.py``).
 
 Invariants:
 - Exit code 1 when any *essential* check fails, else 0; degraded checks (⚠) never fail the run.
@@ -36,6 +37,7 @@ from typing import Any
 
 from luna.config import Config
 from luna.config.secrets import discord_bot_id, discord_token_problem
+from luna.doctor.attachments import check_attachments
 from luna.doctor.database import check_database, check_schema, check_sqlite
 from luna.doctor.embedding import check_embedding_endpoint, prepared_model_result
 from luna.doctor.hooks import check_hooks
@@ -62,6 +64,7 @@ GROUP_TIMEOUTS = {
     "sqlite": 30.0,
     "database": 300.0,  # quick_check reads every page: seconds for a large database
     "schema": 30.0,
+    "attachments": 120.0,  # every referenced file is hashed: a second or two per GB
     "sandbox": 30.0,
     "mcp": 120.0,
     "discord": 5.0,
@@ -309,6 +312,7 @@ CHECKS: list[tuple[str, Check]] = [
     ("sqlite", check_sqlite),
     ("database", check_database),
     ("schema", check_schema),
+    ("attachments", check_attachments),
     ("sandbox", check_sandbox),
     ("mcp", check_mcp),
     ("discord", check_discord),

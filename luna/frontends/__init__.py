@@ -42,6 +42,7 @@ class Components:
     mcp: Any
     banner: str = ""
     scheduler: Any = None  # luna.scheduler.service.SchedulerService, or None when disabled
+    intake: Any = None  # luna.attachments.intake.Intake: files sent with a message
 
 
 class Frontend(Protocol):

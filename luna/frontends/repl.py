@@ -30,8 +30,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from luna.attachments.intake import Intake
 from luna.errors import LunaError
 from luna.frontends.terminal import Palette, neutralize
+from luna.frontends.uploads import PendingFiles
 from luna.messages import (
     InboundMessage,
     ReasoningDelta,
@@ -52,6 +54,7 @@ HELP = """Commands:
   /remember TEXT     store a memory
   /forget ID         delete a memory
   /memories [QUERY]  list memories, or search them
+  /attach PATH       send a file (image, PDF, document) with your next message
   /quit              exit (Ctrl-D works too)
 Ctrl-C cancels a running reply."""
 
@@ -72,6 +75,7 @@ def make(parts: Any, args: Any) -> Repl:
         banner=parts.banner,
         deliveries=getattr(parts.scheduler, "router", None),
         no_color=parts.cfg.no_color,
+        intake=parts.intake,
     )
 
 
@@ -228,6 +232,7 @@ class Repl:
         banner: str = "",
         deliveries: Any = None,
         no_color: bool = False,
+        intake: Intake | None = None,
     ) -> None:
         self.agent = agent
         self.memory = memory
@@ -245,6 +250,7 @@ class Repl:
         self._turn: asyncio.Task[None] | None = None
         self.stopping = asyncio.Event()
         self.has_failed_turn = False
+        self.files = PendingFiles(intake)  # /attach: files for the next message
 
     def write(self, text: str) -> None:
         """Print text from anywhere: control sequences are shown, never obeyed."""
@@ -374,10 +380,14 @@ class Repl:
         )
         return (answer or "").strip().lower() in {"y", "yes"}
 
-    async def _run_turn(self, text: str) -> None:
+    async def _run_turn(self, typed: str) -> None:
+        text, attachments, refused = await self.files.take(typed)
+        for line in refused:
+            self.paint("error", f"  [not taken: {line}]\n")
         msg = InboundMessage(
             session_id=self.session_id,
             text=text,
+            attachments=attachments,
             frontend="repl",
             user_id="owner",
             scope="owner",
@@ -454,6 +464,8 @@ class Repl:
                 self.write("forgotten\n" if ok else f"no memory with id {arg}\n")
         elif cmd == "/memories":
             await self._memories(arg)
+        elif cmd == "/attach":
+            self.write((self.files.add(arg) if arg else "usage: /attach PATH") + "\n")
         else:
             self.write(f"unknown command {cmd}; /help lists them\n")
         return False

@@ -6,6 +6,9 @@ Luna keeps the history; an OpenAI client resends its whole conversation with eve
 page or REPL session can be continued from an API client). Otherwise the ``user`` field names
 it as ``api:<user>``; with neither, the session is ``api:default``.
 
+**Images.** The last message's ``image_url`` parts are its files (``image_urls``); in the
+client's earlier messages only the text is compared.
+
 **Which messages.** Only the client's *last* message is new, and it must be a user message.
 Everything before it is the client's copy of the conversation, compared (never logged) with
 the tail of the session log: user messages and Luna's final replies, text trimmed, system and
@@ -70,6 +73,21 @@ def content_text(content: Any) -> str:
     raise RequestError("message content must be a string or a list of text parts")
 
 
+def image_urls(content: Any) -> list[str]:
+    """The URLs of a message's ``image_url`` parts (``data:`` or ``http(s)``), in order."""
+    if not isinstance(content, list):
+        return []
+    urls = []
+    for part in content:
+        if isinstance(part, dict) and part.get("type") == "image_url":
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, dict) else image
+            if not isinstance(url, str) or not url:
+                raise RequestError("an image_url part needs a 'url' string")
+            urls.append(url)
+    return urls
+
+
 def conversation(messages: Any) -> list[tuple[str, str]]:
     """The client's user and assistant messages as (role, text), checked."""
     if not isinstance(messages, list) or not messages:
@@ -89,7 +107,7 @@ def conversation(messages: Any) -> list[tuple[str, str]]:
         out.append((role, text))
     if not out or out[-1][0] != "user" or messages[-1].get("role") != "user":
         raise RequestError("the last message must be the user's new message")
-    if not out[-1][1].strip():
+    if not out[-1][1].strip() and not image_urls(messages[-1].get("content")):
         raise RequestError("the last user message is empty")
     return out
 

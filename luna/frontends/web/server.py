@@ -90,7 +90,10 @@ async def index(request: web.Request) -> web.FileResponse:
 
 def build_app(st: WebState) -> web.Application:
     """The aiohttp application over the running parts in ``st``."""
-    app = web.Application(middlewares=[guard_middleware(st.guard)], client_max_size=MAX_BODY_BYTES)
+    # A JSON body may carry one file of attachments.max_bytes as a base64 data: URL (the
+    # OpenAI API's image_url); the page's files come as multipart parts, read as a stream.
+    body_cap = MAX_BODY_BYTES + st.cfg.attachments.max_bytes * 4 // 3
+    app = web.Application(middlewares=[guard_middleware(st.guard)], client_max_size=body_cap)
     app[STATE] = st
     app.on_response_prepare.append(add_security_headers)
     app.add_routes(
@@ -133,6 +136,7 @@ class WebFrontend:
             broker=broker,
             runner=runner,
             scheduler=getattr(parts, "scheduler", None),
+            intake=getattr(parts, "intake", None),
         )
         self.hook_worker: HookWorker | None = None
         if cfg.hooks:

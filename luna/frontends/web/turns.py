@@ -28,7 +28,7 @@ from typing import Any
 
 from luna.frontends.web.approvals import ApprovalBroker
 from luna.frontends.web.events import EventHub, event_json
-from luna.messages import InboundMessage
+from luna.messages import Attachment, InboundMessage
 
 log = logging.getLogger(__name__)
 
@@ -114,8 +114,16 @@ class TurnRunner:
     def running(self) -> list[dict[str, Any]]:
         return [t.snapshot() for t in self._running.values()]
 
-    async def start(self, session_id: str, text: str, *, source: str) -> Turn:
-        """Start a turn; raises TurnRefusedError for what the web never runs."""
+    async def start(
+        self,
+        session_id: str,
+        text: str,
+        *,
+        source: str,
+        attachments: tuple[Attachment, ...] = (),
+    ) -> Turn:
+        """Start a turn (``attachments``: taken by the intake already); raises
+        TurnRefusedError for what the web never runs."""
         if not self.is_accepting:
             raise TurnRefusedError("Luna is shutting down; send that again in a moment.", 503)
         if not valid_session_id(session_id):
@@ -124,7 +132,7 @@ class TurnRunner:
                 "or digit)",
                 400,
             )
-        if not text.strip():
+        if not text.strip() and not attachments:
             raise TurnRefusedError("the message is empty", 400)
         if len(text) > MAX_MESSAGE_CHARS:
             raise TurnRefusedError(f"the message is longer than {MAX_MESSAGE_CHARS:,} chars", 413)
@@ -144,9 +152,11 @@ class TurnRunner:
             scope="owner",
             approver=self.broker.approver(session_id),
             address={"session_id": session_id},  # a task scheduled here reports back here
+            attachments=attachments,
         )
         self._running[turn.id] = turn
-        self._emit(turn, {"type": "turn_started", "text": text, "source": source})
+        files = [{"name": a.name, "kind": a.kind, "size": a.size} for a in attachments]
+        self._emit(turn, {"type": "turn_started", "text": text, "source": source, "files": files})
         task = asyncio.create_task(self._run(turn, msg), name=f"web-turn-{turn.id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -22,6 +22,7 @@ import asyncio
 import ipaddress
 import json
 import socket
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin
 
@@ -105,8 +106,23 @@ async def fetch(cfg: Config, url: str, max_bytes: int | None = None) -> tuple[st
         ) from e
 
 
-async def _fetch(cfg: Config, url: str, max_bytes: int | None) -> tuple[str, str]:
-    cap = min(max_bytes or cfg.tools.fetch_max_bytes, cfg.tools.fetch_max_bytes)
+@dataclass(frozen=True)
+class Fetched:
+    """What one checked GET gave, after its redirects: the body read up to the cap."""
+
+    url: str  # the final URL
+    status: int
+    content_type: str  # lower-cased, parameters kept
+    encoding: str
+    body: bytes
+    is_truncated: bool  # the body went on past the cap
+
+
+async def fetch_bytes(cfg: Config, url: str, cap: int) -> Fetched:
+    """GET ``url`` with every SSRF check of the module docstring (each redirect hop checked
+    again, the connection pinned to the checked address), the body cut at ``cap`` bytes, the
+    whole bounded by ``tools.fetch_timeout`` (TimeoutError past it). ToolError when refused
+    or failed. The one guarded fetch: ``web_fetch`` and image URLs sent to Luna both use it."""
     timeout = cfg.tools.fetch_timeout
     async with (
         asyncio.timeout(timeout),
@@ -134,22 +150,33 @@ async def _fetch(cfg: Config, url: str, max_bytes: int | None) -> tuple[str, str
                         url = urljoin(url, resp.headers["location"])
                         continue
                     body, truncated = await _read_capped(resp, cap)
-                    ctype = resp.headers.get("content-type", "").lower()
-                    status = resp.status_code
-                    encoding = resp.encoding or "utf-8"
+                    return Fetched(
+                        url,
+                        resp.status_code,
+                        resp.headers.get("content-type", "").lower(),
+                        resp.encoding or "utf-8",
+                        body,
+                        truncated,
+                    )
             except httpx.HTTPError as e:
                 raise ToolError(f"could not fetch {url}: {type(e).__name__} {e}") from e
-            text = body.decode(encoding, "replace")
-            if status >= 400:
-                raise ToolError(f"{url} answered HTTP {status}: {text[:300]}")
-            if ctype and not any(t in ctype for t in TEXT_TYPES):
-                raise ToolError(f"{url} is {ctype.split(';')[0]}, not text; not fetched")
-            if "html" in ctype or (not ctype and "<html" in text[:1000].lower()):
-                text = await asyncio.to_thread(html_to_markdown, text, url)
-            if truncated:
-                text += f"\n\n[page cut at {cap} bytes]"
-            return url, text
     raise ToolError(f"too many redirects (more than {MAX_REDIRECTS}) starting at the given URL")
+
+
+async def _fetch(cfg: Config, url: str, max_bytes: int | None) -> tuple[str, str]:
+    cap = min(max_bytes or cfg.tools.fetch_max_bytes, cfg.tools.fetch_max_bytes)
+    got = await fetch_bytes(cfg, url, cap)
+    url, ctype, status = got.url, got.content_type, got.status
+    text = got.body.decode(got.encoding, "replace")
+    if status >= 400:
+        raise ToolError(f"{url} answered HTTP {status}: {text[:300]}")
+    if ctype and not any(t in ctype for t in TEXT_TYPES):
+        raise ToolError(f"{url} is {ctype.split(';')[0]}, not text; not fetched")
+    if "html" in ctype or (not ctype and "<html" in text[:1000].lower()):
+        text = await asyncio.to_thread(html_to_markdown, text, url)
+    if got.is_truncated:
+        text += f"\n\n[page cut at {cap} bytes]"
+    return url, text
 
 
 async def _read_capped(resp: httpx.Response, cap: int) -> tuple[bytes, bool]:
