@@ -23,6 +23,7 @@ from tests.real_llama import RealLlama, model_path
 
 ISOLATED_ENV = (
     "DISCORD_TOKEN",
+    "TELEGRAM_TOKEN",
     "LLM_ENDPOINT",
     "LLM_MODEL",
     "LLM_API_KEY",

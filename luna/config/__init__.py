@@ -39,6 +39,7 @@ from luna.config.schema import (
     ToolsConfig,
     WebConfig,
 )
+from luna.config.telegram import TelegramConfig
 
 __all__ = [
     "DEFAULT_ENDPOINT",
@@ -57,6 +58,7 @@ __all__ = [
     "MemoryConfig",
     "ObserveConfig",
     "SchedulerConfig",
+    "TelegramConfig",
     "PermissionLevel",
     "Role",
     "ServerConfig",

@@ -4,9 +4,9 @@ Invariants:
 - Every key has a default, so Luna runs with no config file at all; config.toml documents each.
 - Every numeric key has bounds (checked at load and by ``config set``); floats must be finite.
 - Field names are the TOML keys; a section model refuses unknown keys.
-- Secrets (``llm.api_key``, ``discord.token``, ``web.token``, each hook's ``secret``) are plain
-  fields filled from the environment only (the loader refuses them in a file) and never appear
-  in ``repr``.
+- Secrets (``llm.api_key``, ``discord.token``, ``telegram.token``, ``web.token``, each
+  hook's ``secret``) are plain fields filled from the environment only (the loader refuses
+  them in a file) and never appear in ``repr``.
 - Paths are stored as given here; the loader makes them absolute against the config's folder.
 """
 
@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from luna.config.hooks import HookConfig
 from luna.config.section import Section
+from luna.config.telegram import TelegramConfig
 
 # Who may run a tool: freely, after the owner approves, or never. The one definition.
 PermissionLevel = Literal["allow", "ask", "deny"]
@@ -214,6 +215,7 @@ class ToolsConfig(Section):
     permissions: dict[str, PermissionLevel] = Field(default_factory=dict)
     repl_permissions: dict[str, PermissionLevel] = Field(default_factory=dict)
     discord_permissions: dict[str, PermissionLevel] = Field(default_factory=dict)
+    telegram_permissions: dict[str, PermissionLevel] = Field(default_factory=dict)
     web_permissions: dict[str, PermissionLevel] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -322,7 +324,7 @@ class SchedulerConfig(Section):
     heartbeat_cron: NonEmpty = "0 9 * * *"
     heartbeat_prompt: NonEmpty = DEFAULT_HEARTBEAT_PROMPT
     heartbeat_file: Path = Path("data/workspace/HEARTBEAT.md")
-    heartbeat_to: Literal["auto", "repl", "discord"] = "auto"
+    heartbeat_to: Literal["auto", "repl", "discord", "telegram"] = "auto"
 
 
 class MCPConfig(Section):
@@ -348,6 +350,7 @@ class Config(BaseModel):
     agent: AgentConfig = Field(default_factory=AgentConfig)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     discord: DiscordConfig = Field(default_factory=DiscordConfig)
+    telegram: TelegramConfig = Field(default_factory=TelegramConfig)
     observe: ObserveConfig = Field(default_factory=ObserveConfig)
     mcp: MCPConfig = Field(default_factory=MCPConfig)
     web: WebConfig = Field(default_factory=WebConfig)
@@ -376,6 +379,7 @@ SECTIONS: dict[str, type[Section]] = {
     "agent": AgentConfig,
     "tools": ToolsConfig,
     "discord": DiscordConfig,
+    "telegram": TelegramConfig,
     "observe": ObserveConfig,
     "mcp": MCPConfig,
     "web": WebConfig,
@@ -386,6 +390,7 @@ SECTIONS: dict[str, type[Section]] = {
 SECRET_KEYS = {
     "llm.api_key": "LLM_API_KEY",
     "discord.token": "DISCORD_TOKEN",
+    "telegram.token": "TELEGRAM_TOKEN",
     "web.token": "LUNA_WEB_TOKEN",
     "memory.embedding_endpoint_key": "the variable memory.embedding_endpoint_key_env names",
 }

@@ -1,4 +1,5 @@
-"""Front-ends: where messages come from and replies go (terminal REPL, Discord, web).
+"""Front-ends: where messages come from and replies go (terminal REPL, web, and the chat apps
+Discord and Telegram on the channel layer, ``channels/``).
 
 Each front-end builds ``InboundMessage`` s, runs them through ``Agent.run_turn`` and renders the
 events. Front-ends may import anything below them; nothing below imports a front-end (a test
@@ -25,7 +26,14 @@ from luna.config import Config
 MODULES = {
     "repl": "luna.frontends.repl",
     "discord": "luna.frontends.discord.bot",
+    "telegram": "luna.frontends.telegram.frontend",
     "web": "luna.frontends.web",
+}
+
+# The chat apps, and the setting that turns each on.
+CHAT_TOKENS = {
+    "discord": lambda cfg: cfg.discord.token,
+    "telegram": lambda cfg: cfg.telegram.token,
 }
 
 
@@ -51,12 +59,14 @@ class Frontend(Protocol):
 
 
 def chosen(cfg: Config, mode: str) -> list[str]:
-    """The front-ends to run: ``repl`` on request, else Discord when a token is set; plus
-    ``web`` next to either when ``[web] enabled``. Mode ``web`` runs the web front-end alone
-    (a service without Discord, where no terminal is attached)."""
+    """The front-ends to run: ``repl`` on request, else the chat apps whose token is set
+    (Discord, Telegram; the REPL when none is); plus ``web`` next to them when ``[web]
+    enabled``. Mode ``web`` runs the web front-end alone (a service without chat apps, where
+    no terminal is attached)."""
     if mode == "web":
         return ["web"]
-    names = ["repl"] if mode == "repl" or not cfg.discord.token else ["discord"]
+    chats = [name for name, token in CHAT_TOKENS.items() if token(cfg)]
+    names = ["repl"] if mode == "repl" or not chats else chats
     return [*names, "web"] if cfg.web.enabled else names
 
 

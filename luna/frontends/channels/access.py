@@ -7,8 +7,9 @@ Invariants:
 - Default deny: the owner and the allowed users are heard; anyone else only when
   ``strangers_can_chat``, and then without tools (no approver either).
 - The owner is one person across apps: their id in any app has memory scope ``owner``.
-  Everyone else keeps a scope of their own per app (``scope_prefix`` + id: Discord's
-  ``user:<id>``, kept as it always was, Telegram's ``user:telegram:<id>``).
+  Everyone else keeps a scope of their own per app: ``user:`` + their user id, which is the
+  app's id after the app's ``id_prefix`` (Discord's ``user:<id>``, kept as it always was;
+  Telegram's ``user:telegram:<id>``). The user id is what scheduled tasks are filed under.
 - Bots (Luna herself included) are never heard.
 - In a group Luna answers only when addressed (mentioned, replied to, in a thread she
   follows); a private chat is always addressed.
@@ -24,7 +25,7 @@ OWNER_SCOPE = "owner"
 
 @dataclass(frozen=True)
 class Speaker:
-    user_id: str  # the app's id, as text
+    user_id: str  # id_prefix + the app's id, as text ("123", "telegram:123")
     scope: str  # memory scope
     allow_tools: bool
     is_owner: bool
@@ -37,7 +38,7 @@ class Access:
     owner_ids: frozenset[str]
     allowed_users: frozenset[str]
     strangers_can_chat: bool
-    scope_prefix: str  # "user:" (Discord), "user:telegram:" (Telegram)
+    id_prefix: str  # "" (Discord), "telegram:" (Telegram)
 
     @classmethod
     def of(
@@ -46,13 +47,11 @@ class Access:
         allowed_users: Iterable[object],
         *,
         strangers_can_chat: bool,
-        scope_prefix: str,
+        id_prefix: str,
     ) -> Access:
         """From config values (ints or text; 0 and "" mean unset)."""
         owners = frozenset(str(i) for i in owner_ids if i not in (0, "", None))
-        return cls(
-            owners, frozenset(str(i) for i in allowed_users), strangers_can_chat, scope_prefix
-        )
+        return cls(owners, frozenset(str(i) for i in allowed_users), strangers_can_chat, id_prefix)
 
     def speaker(self, author_id: str, *, is_bot: bool = False) -> Speaker | None:
         """The speaker ``author_id`` is, or None when Luna does not answer them."""
@@ -65,8 +64,9 @@ class Access:
             allow_tools = False
         else:
             return None
-        scope = OWNER_SCOPE if is_owner else f"{self.scope_prefix}{author_id}"
-        return Speaker(author_id, scope, allow_tools, is_owner)
+        user_id = f"{self.id_prefix}{author_id}"
+        scope = OWNER_SCOPE if is_owner else f"user:{user_id}"
+        return Speaker(user_id, scope, allow_tools, is_owner)
 
     def is_owner(self, author_id: str) -> bool:
         return author_id in self.owner_ids

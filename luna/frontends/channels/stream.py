@@ -10,7 +10,9 @@ Invariants:
   before a rate limit's ``retry_after`` has passed; a failed live edit keeps the old message
   (the next one catches up).
 - The final reply is never lost: a rate limit is waited out, a failed edit becomes a new
-  message, and a chunk the app still finds too long is halved until it fits.
+  message, and a chunk the app still finds too long is halved until it fits. A live write
+  already sent is waited for, never cancelled (a cancelled send would leave a message the
+  stream does not know of, and the final text would come twice).
 - No adapter error is raised out of here: each is logged (``luna.frontends.channels.sending``).
 - A failed turn shows one short line (``⚠️ ...``); no traceback ever reaches the chat.
 """
@@ -76,6 +78,7 @@ class ReplyStream:
         self._last_write = 0.0
         self._not_before = 0.0  # a rate limit's end (monotonic)
         self._flush_task: asyncio.Task[None] | None = None
+        self._writing = False
         self._lock = asyncio.Lock()
 
     # ---- events ------------------------------------------------------------------------
@@ -132,7 +135,11 @@ class ReplyStream:
         wait = due - time.monotonic()
         if wait > 0:
             await asyncio.sleep(wait)
-        await self._flush(live=True)
+        self._writing = True  # from here on, finish() waits for this write instead of cutting it
+        try:
+            await self._flush(live=True)
+        finally:
+            self._writing = False
 
     async def _flush(self, *, live: bool) -> None:
         async with self._lock:
@@ -201,7 +208,8 @@ class ReplyStream:
         """Stop streaming and write the final status line and reply."""
         task = self._flush_task
         if task is not None and not task.done():
-            task.cancel()
+            if not self._writing:  # still waiting for its turn: not needed any more
+                task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         if self._tools or self.status_message is not None:
             self._status_dirty = True

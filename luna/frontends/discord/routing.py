@@ -65,7 +65,7 @@ def access_of(cfg: DiscordConfig) -> Access:
         [cfg.owner_id],
         cfg.allowed_users,
         strangers_can_chat=cfg.strangers_can_chat,
-        scope_prefix="user:",
+        id_prefix="",
     )
 
 
