@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Frontend = Literal["repl", "discord", "matrix", "web", "cli", "subagent"]
+Frontend = Literal["repl", "discord", "telegram", "matrix", "web", "cli", "subagent"]
 
 
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
@@ -228,7 +228,8 @@ class InboundMessage:
     text: str
     frontend: Frontend = "repl"
     user_id: str = "owner"
-    # Memory scope: "owner" for the owner's memories, or "user:<id>" for another Discord user.
+    # Memory scope: "owner" for the owner's memories, or another person's own scope:
+    # "user:<id>" on Discord, "user:telegram:<id>" on Telegram.
     scope: str = "owner"
     allow_tools: bool = True
     approver: Approver | None = None
@@ -236,6 +237,12 @@ class InboundMessage:
     # own terms: Discord {"channel_id", "user_id", "is_dm"}; None where nothing is needed.
     address: dict[str, Any] | None = None
     attachments: tuple[Attachment, ...] = ()
+    # Called once the user's message is committed, with its id (a chat app acknowledges the
+    # update to its server then: luna.frontends.channels). An exception is logged, not raised.
+    on_stored: Callable[[int], Awaitable[None]] | None = None
+    # Set when the message was committed by a turn the process died in: the turn answers
+    # that stored message instead of logging it again.
+    stored_id: int | None = None
 
 
 # ---- events a turn emits while it runs -------------------------------------------------

@@ -16,6 +16,7 @@ def clean_env(**extra: str) -> dict[str, str]:
     """The current environment minus Luna's variables and secrets, plus ``extra``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LUNA_", "LLM_"))}
     env.pop("DISCORD_TOKEN", None)
+    env.pop("TELEGRAM_TOKEN", None)
     env.update(PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     env.update(extra)
     return env

@@ -5,7 +5,9 @@ Invariants:
   which reads, runs alongside its commit): once a front-end has handed it over, it is never
   lost. Its text is made valid Unicode first (``clean_text``: a lone surrogate from any
   front-end becomes U+FFFD), so nothing after it (recall, the embedding model, the request)
-  can fail on it.
+  can fail on it. The front-end hears of the commit (``InboundMessage.on_stored``) before the
+  model is called; a message a dead process stored (``stored_id``) is answered, not logged
+  again.
 - Turns of one session run strictly in order (a per-session lock); sessions run concurrently.
 - A turn runs at most ``agent.max_rounds`` tool rounds (sub-agent rounds count against the same
   budget); at the limit one wrap-up call without tools produces the answer, and when that
@@ -260,7 +262,7 @@ class Agent:
         heading = asyncio.create_task(self._head(msg.session_id, emit))
         try:
             logged = user_message(msg.text, msg.attachments)
-            message_id = await self.memory.append_message(msg.session_id, logged, scope=msg.scope)
+            message_id = await self._store_user_message(msg, logged)
             summary, records = await self.memory.prompt_history(msg.session_id)
             block = await recall
             head = await heading
@@ -278,6 +280,21 @@ class Agent:
         skills = head.skills if msg.allow_tools else []  # skills are for those with tool rights
         prompt = self.cfg.agent.system_prompt
         return build_messages(prompt, summary, history, new, skills), head, sight
+
+    async def _store_user_message(self, msg: InboundMessage, logged: dict[str, Any]) -> int:
+        """Commit the user's message (unless a turn the process died in already did), then
+        tell the front-end it is stored (``on_stored``)."""
+        if msg.stored_id is not None:
+            return msg.stored_id
+        message_id = await self.memory.append_message(msg.session_id, logged, scope=msg.scope)
+        if msg.on_stored is not None:
+            try:
+                await msg.on_stored(message_id)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the front-end's bookkeeping must not end the turn
+                log.exception("the front-end failed to note a stored message")
+        return message_id
 
     async def _turn(self, msg: InboundMessage, emit: Callable[[AgentEvent], None]) -> int:
         messages, declared, sight = await self._prompt(msg, emit)

@@ -40,6 +40,7 @@ from luna.config.schema import (
     ToolsConfig,
     WebConfig,
 )
+from luna.config.telegram import TelegramConfig
 
 __all__ = [
     "DEFAULT_ENDPOINT",
@@ -59,6 +60,7 @@ __all__ = [
     "MemoryConfig",
     "ObserveConfig",
     "SchedulerConfig",
+    "TelegramConfig",
     "PermissionLevel",
     "Role",
     "ServerConfig",

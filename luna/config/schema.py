@@ -4,10 +4,10 @@ Invariants:
 - Every key has a default, so Luna runs with no config file at all; config.toml documents each.
 - Every numeric key has bounds (checked at load and by ``config set``); floats must be finite.
 - Field names are the TOML keys; a section model refuses unknown keys.
-- Secrets (``llm.api_key``, ``discord.token``, ``web.token``, ``matrix.access_token`` and
-  ``matrix.password``, each hook's ``secret``) are plain
-  fields filled from the environment only (the loader refuses them in a file) and never appear
-  in ``repr``.
+- Secrets (``llm.api_key``, ``discord.token``, ``telegram.token``, ``web.token``,
+  ``matrix.access_token`` and ``matrix.password``, each hook's ``secret``) are plain fields
+  filled from the environment only (the loader refuses them in a file) and never appear in
+  ``repr``.
 - Paths are stored as given here; the loader makes them absolute against the config's folder.
 """
 
@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from luna.config.hooks import HookConfig
 from luna.config.section import Section
+from luna.config.telegram import TelegramConfig
 
 # Who may run a tool: freely, after the owner approves, or never. The one definition.
 PermissionLevel = Literal["allow", "ask", "deny"]
@@ -215,6 +216,7 @@ class ToolsConfig(Section):
     permissions: dict[str, PermissionLevel] = Field(default_factory=dict)
     repl_permissions: dict[str, PermissionLevel] = Field(default_factory=dict)
     discord_permissions: dict[str, PermissionLevel] = Field(default_factory=dict)
+    telegram_permissions: dict[str, PermissionLevel] = Field(default_factory=dict)
     web_permissions: dict[str, PermissionLevel] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -348,7 +350,7 @@ class SchedulerConfig(Section):
     heartbeat_cron: NonEmpty = "0 9 * * *"
     heartbeat_prompt: NonEmpty = DEFAULT_HEARTBEAT_PROMPT
     heartbeat_file: Path = Path("data/workspace/HEARTBEAT.md")
-    heartbeat_to: Literal["auto", "repl", "discord"] = "auto"
+    heartbeat_to: Literal["auto", "repl", "discord", "telegram"] = "auto"
 
 
 class AttachmentsConfig(Section):
@@ -390,6 +392,7 @@ class Config(BaseModel):
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     discord: DiscordConfig = Field(default_factory=DiscordConfig)
     matrix: MatrixConfig = Field(default_factory=MatrixConfig)
+    telegram: TelegramConfig = Field(default_factory=TelegramConfig)
     observe: ObserveConfig = Field(default_factory=ObserveConfig)
     mcp: MCPConfig = Field(default_factory=MCPConfig)
     web: WebConfig = Field(default_factory=WebConfig)
@@ -420,6 +423,7 @@ SECTIONS: dict[str, type[Section]] = {
     "tools": ToolsConfig,
     "discord": DiscordConfig,
     "matrix": MatrixConfig,
+    "telegram": TelegramConfig,
     "observe": ObserveConfig,
     "mcp": MCPConfig,
     "web": WebConfig,
@@ -431,6 +435,7 @@ SECTIONS: dict[str, type[Section]] = {
 SECRET_KEYS = {
     "llm.api_key": "LLM_API_KEY",
     "discord.token": "DISCORD_TOKEN",
+    "telegram.token": "TELEGRAM_TOKEN",
     "web.token": "LUNA_WEB_TOKEN",
     "matrix.access_token": "MATRIX_ACCESS_TOKEN",
     "matrix.password": "MATRIX_PASSWORD",

@@ -1,4 +1,5 @@
-"""Front-ends: where messages come from and replies go (terminal REPL, Discord, web).
+"""Front-ends: where messages come from and replies go (terminal REPL, web, and the chat apps
+Discord and Telegram on the channel layer, ``channels/``).
 
 Each front-end builds ``InboundMessage`` s, runs them through ``Agent.run_turn`` and renders the
 events. Front-ends may import anything below them; nothing below imports a front-end (a test
@@ -26,7 +27,14 @@ MODULES = {
     "repl": "luna.frontends.repl",
     "discord": "luna.frontends.discord.bot",
     "matrix": "luna.frontends.matrix.frontend",
+    "telegram": "luna.frontends.telegram.frontend",
     "web": "luna.frontends.web",
+}
+
+# The chat apps, and the setting that turns each on.
+CHAT_TOKENS = {
+    "discord": lambda cfg: cfg.discord.token,
+    "telegram": lambda cfg: cfg.telegram.token,
 }
 
 
@@ -53,19 +61,16 @@ class Frontend(Protocol):
 
 
 def chosen(cfg: Config, mode: str) -> list[str]:
-    """The front-ends to run: ``repl`` on request, else Discord when a token is set and Matrix
-    when a homeserver and a login are (the REPL when neither is); plus
-    ``web`` next to either when ``[web] enabled``. Mode ``web`` runs the web front-end alone
-    (a service without Discord, where no terminal is attached)."""
+    """The front-ends to run: ``repl`` on request, else the chat apps that are configured
+    (Discord and Telegram by their token, Matrix by a homeserver and a login; the REPL when none
+    is); plus ``web`` next to them when ``[web] enabled``. Mode ``web`` runs the web front-end
+    alone (a service without chat apps, where no terminal is attached)."""
     if mode == "web":
         return ["web"]
-    if mode == "repl":
-        names = ["repl"]
-    else:
-        chats = ["discord"] if cfg.discord.token else []
-        if matrix_configured(cfg):
-            chats.append("matrix")
-        names = chats or ["repl"]
+    chats = [name for name, token in CHAT_TOKENS.items() if token(cfg)]
+    if matrix_configured(cfg):
+        chats.append("matrix")
+    names = ["repl"] if mode == "repl" or not chats else chats
     return [*names, "web"] if cfg.web.enabled else names
 
 

@@ -3,10 +3,11 @@
 Invariants:
 - ``"owner"`` is where the owner hears from Luna when no conversation is named, the
   scheduler's rule (:func:`luna.scheduler.model.owner_target`: a Discord DM when a bot token
-  and ``discord.owner_id`` are set, else the terminal); ``"discord"`` is the owner's DM;
+  and ``discord.owner_id`` are set, else a Telegram chat, else the terminal); ``"discord"``
+  is the owner's DM, ``"telegram"`` the owner's Telegram chat;
   ``"web"`` is the page, in the hook's session; ``"repl"`` the terminal's next start.
 - A table names a front-end and its own address, as the scheduler stores it (Discord:
-  ``channel_id``, ``user_id``, ``is_dm``).
+  ``channel_id``, ``user_id``, ``is_dm``; Telegram: ``chat_id``, ``thread_id``).
 - :func:`target_problem` finds, without any network call, a target nothing could ever show:
   an unknown front-end, a Discord address without a numeric id, Discord without its token.
 """
@@ -19,7 +20,7 @@ from luna.errors import ScheduleError
 from luna.scheduler.model import Target, owner_target
 
 # The front-ends that register with the scheduler's delivery router.
-FRONTENDS = ("repl", "web", "discord")
+FRONTENDS = ("repl", "web", "discord", "telegram")
 DISCORD_IDS = ("channel_id", "user_id")
 
 
@@ -28,8 +29,8 @@ def resolve(cfg: Config, name: str, hook: HookConfig) -> Target:
     spec = hook.deliver_to
     if spec == "owner":
         return owner_target(cfg)
-    if spec == "discord":
-        return owner_target(cfg, "discord")
+    if spec in ("discord", "telegram"):
+        return owner_target(cfg, spec)
     if spec == "web":
         return Target("web", {"session_id": session_of(name, hook)})
     if isinstance(spec, str):
@@ -41,6 +42,8 @@ def target_problem(cfg: Config, target: Target) -> str | None:
     """Why nothing could show deliveries at ``target``, or None."""
     if target.frontend not in FRONTENDS:
         return f"unknown front-end {target.frontend!r} (one of {', '.join(FRONTENDS)})"
+    if target.frontend == "telegram":
+        return _telegram_problem(cfg, target)
     if target.frontend != "discord":
         return None
     ids = {k: str(target.address.get(k, "")) for k in DISCORD_IDS if target.address.get(k)}
@@ -51,6 +54,15 @@ def target_problem(cfg: Config, target: Target) -> str | None:
         return f"a Discord {bad[0]} is a number (Developer Mode → Copy ID)"
     if not cfg.discord.token:
         return "it delivers to Discord, but DISCORD_TOKEN is not set: results would wait there"
+    return None
+
+
+def _telegram_problem(cfg: Config, target: Target) -> str | None:
+    chat = str(target.address.get("chat_id", ""))
+    if not chat.removeprefix("-").isdigit():
+        return "a Telegram target needs chat_id, a number (a group's is negative)"
+    if not cfg.telegram.token:
+        return "it delivers to Telegram, but TELEGRAM_TOKEN is not set: results would wait there"
     return None
 
 

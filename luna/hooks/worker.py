@@ -44,8 +44,8 @@ def _now() -> dt.datetime:
 
 def _frontend(target: Target) -> Frontend:
     """The front-end whose tool levels the turn gets: the one its result goes to."""
-    if target.frontend == "discord":
-        return "discord"
+    if target.frontend in ("discord", "telegram"):
+        return target.frontend  # type: ignore[return-value]
     if target.frontend == "repl":
         return "repl"
     return "web"

@@ -44,7 +44,7 @@ def add_parser(subparsers: Any) -> None:
     a.add_argument("--prompt", action="store_true", help="run TEXT as a turn with tools")
     a.add_argument(
         "--to",
-        choices=("auto", "repl", "discord"),
+        choices=("auto", "repl", "discord", "telegram"),
         default="auto",
         help="where to deliver: the terminal or a Discord DM to discord.owner_id "
         "(auto: Discord when a token and owner_id are set)",

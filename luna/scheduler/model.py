@@ -263,9 +263,17 @@ class TaskRequest:
 
 def owner_target(cfg: Config, prefer: str = "auto") -> Target:
     """Where the owner hears from Luna when no conversation is named: a Discord DM when a bot
-    token and ``discord.owner_id`` are set (or ``prefer == "discord"``), else the terminal."""
+    token and ``discord.owner_id`` are set (or ``prefer == "discord"``), else a Telegram chat
+    with the owner when ``TELEGRAM_TOKEN`` and ``telegram.owner_id`` are (or ``prefer ==
+    "telegram"``), else the terminal."""
     if prefer == "repl":
         return Target("repl")
+    has_telegram = bool(cfg.telegram.token) and bool(cfg.telegram.owner_id)
+    if prefer == "telegram" or (prefer == "auto" and has_telegram and not cfg.discord.token):
+        if not cfg.telegram.owner_id:
+            raise ScheduleError("delivering to Telegram needs telegram.owner_id")
+        owner = str(cfg.telegram.owner_id)
+        return Target("telegram", {"chat_id": owner, "user_id": f"telegram:{owner}"})
     has_discord = bool(cfg.discord.token) and bool(cfg.discord.owner_id)
     if prefer == "discord" or (prefer == "auto" and has_discord):
         if not cfg.discord.owner_id:

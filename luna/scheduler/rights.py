@@ -1,8 +1,9 @@
 """Who may schedule what, decided from the configuration at the moment it matters.
 
 Invariants:
-- The owner is ``"owner"`` (the REPL, the CLI, the web page) or ``discord.owner_id``; the
-  people in ``discord.allowed_users`` are trusted; everyone else is a stranger.
+- The owner is ``"owner"`` (the REPL, the CLI, the web page), ``discord.owner_id`` or
+  ``telegram:`` + ``telegram.owner_id``; the people in ``discord.allowed_users`` and
+  ``telegram.allowed_users`` (``telegram:<id>``) are trusted; everyone else is a stranger.
 - Only the owner and trusted people may schedule prompts (turns with tools). Strangers may
   set plain reminders when ``scheduler.strangers = "reminders"``, else nothing.
 - The same rules are applied again when a task runs: a person removed from
@@ -22,6 +23,8 @@ Role = Literal["owner", "trusted", "stranger"]
 def role_of(cfg: Config, user_id: str) -> Role:
     if user_id == OWNER:
         return "owner"
+    if user_id.startswith("telegram:"):
+        return _telegram_role(cfg, user_id.removeprefix("telegram:"))
     try:
         uid = int(user_id)
     except ValueError:
@@ -29,6 +32,14 @@ def role_of(cfg: Config, user_id: str) -> Role:
     if cfg.discord.owner_id and uid == cfg.discord.owner_id:
         return "owner"
     if uid in cfg.discord.allowed_users:
+        return "trusted"
+    return "stranger"
+
+
+def _telegram_role(cfg: Config, telegram_id: str) -> Role:
+    if cfg.telegram.owner_id and telegram_id == str(cfg.telegram.owner_id):
+        return "owner"
+    if telegram_id in {str(u) for u in cfg.telegram.allowed_users}:
         return "trusted"
     return "stranger"
 

@@ -17,13 +17,13 @@ from typing import Any
 from luna.scheduler.api import Schedules, task_line
 from luna.scheduler.model import Requester, Target, TaskRequest
 
-ADDRESSED = ("repl", "discord", "web")
+ADDRESSED = ("repl", "discord", "telegram", "web")
 
 
 def requester_of(ctx: Any) -> Requester:
     """The person behind a tool call (a ``luna.tools.registry.ToolContext``)."""
     target = None
-    if ctx.frontend in ADDRESSED and (ctx.frontend != "discord" or ctx.address):
+    if ctx.frontend in ADDRESSED and (ctx.frontend in ("repl", "web") or ctx.address):
         target = Target(ctx.frontend, dict(ctx.address or {}))
     return Requester(ctx.user_id, ctx.scope, ctx.frontend, ctx.session_id, target)
 

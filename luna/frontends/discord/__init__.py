@@ -1,4 +1,6 @@
-"""The Discord front-end: routing, the message pipeline, streamed replies, splitting, approvals.
+"""The Discord adapter on the channel layer (``luna.frontends.channels``).
 
-``bot.LunaBot`` is the discord.py client; the other modules are pure or small helpers it uses.
+``bot.LunaBot`` is the discord.py client (events in); ``adapter.DiscordAdapter`` the layer's
+calls out; ``routing`` Discord's places (guilds, channels, threads) and sessions; ``delivery``
+where a scheduled result goes; ``calls`` the one translation of discord.py's errors.
 """

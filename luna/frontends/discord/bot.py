@@ -1,20 +1,19 @@
-"""Luna's Discord front-end: routing, the message pipeline, replies and approvals.
+"""Luna's Discord front-end: the discord.py client, translated for the channel layer.
 
-Job: :class:`LunaBot` is a ``discord.Client`` that turns Discord messages into
-:class:`~luna.messages.InboundMessage` s for ``agent.run_turn`` and renders the events back
-into Discord. It contains no agent logic.
+Job: :class:`LunaBot` is a ``discord.Client`` that turns Discord messages into the channel
+layer's :class:`~luna.frontends.channels.contract.InboundEvent` s and reactions into approval
+answers; :class:`~luna.frontends.discord.adapter.DiscordAdapter` carries the layer's calls
+back. It contains no agent logic and none of the layer's rules.
 
-Flow: ``on_message`` → :func:`luna.discord_routing.decide` (who/where/which rights) →
-duplicate check → (open a thread) → :class:`~luna.discord_pipeline.SessionPipeline` (burst
-merge, per-session queue) → :meth:`LunaBot.run_batch` (attachments, typing indicator,
-``run_turn``) → :class:`~luna.discord_reply.ReplyStream` (edits, status line, split).
+Flow: ``on_message`` → :func:`~luna.frontends.discord.routing.decide` (Discord's places and
+the layer's access rule) → the layer's duplicate check → (open a thread) →
+:meth:`Channel.submit <luna.frontends.channels.channel.Channel.submit>` (bursts, one turn per
+session, the streamed reply).
 
 Invariants:
-- Nothing raised while handling one message stops the bot: Discord HTTP errors are logged;
-  a crashed turn shows the user one short line and logs the traceback; CancelledError
-  propagates.
-- Only the owner's reaction approves an ``ask`` tool; strangers get no tools and no approver.
-- Attachment text is read only for text files no larger than ``discord.max_attachment_bytes``.
+- Nothing raised while handling one message stops the bot (the layer's rule; ``on_message``
+  logs what escapes it).
+- A thread is opened only for a message admitted once: a replayed event opens none.
 """
 
 from __future__ import annotations
@@ -23,8 +22,6 @@ import asyncio
 import contextlib
 import logging
 import re
-from dataclasses import dataclass
-from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 import discord
@@ -32,12 +29,15 @@ import discord
 from luna.config import Config
 from luna.config.secrets import discord_token_problem
 from luna.errors import ConfigError, LunaError
-from luna.frontends.discord import delivery as scheduled
-from luna.frontends.discord.approval import ReactionApprover
-from luna.frontends.discord.pipeline import Batch, Incoming, SessionPipeline
-from luna.frontends.discord.reply import HTTP_TIMEOUT, ReplyStream, safe_call, short_line
-from luna.frontends.discord.routing import MessageFacts, Route, decide
-from luna.messages import InboundMessage
+from luna.frontends.channels.access import Speaker
+from luna.frontends.channels.channel import Channel, ChannelSettings
+from luna.frontends.channels.contract import InboundEvent
+from luna.frontends.channels.delivery import ScheduledDelivery
+from luna.frontends.channels.sending import attempt
+from luna.frontends.discord.adapter import APPROVE, DENY, DiscordAdapter, incoming_file
+from luna.frontends.discord.calls import call
+from luna.frontends.discord.delivery import address_of
+from luna.frontends.discord.routing import MessageFacts, access_of, decide
 from luna.observe import log_event
 
 if TYPE_CHECKING:
@@ -47,15 +47,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CLOSE_TIMEOUT = 10.0
-TYPING_EVERY = 8.0  # Discord shows "typing" for ~10 s per trigger
 THREAD_NAME_CHARS = 80
-GENERIC_FAILURE = "Something went wrong on my side; the details are in the log."
-TEXT_EXTENSIONS = frozenset(
-    ".txt .md .markdown .rst .py .pyi .json .jsonl .yaml .yml .toml .ini .cfg .conf .csv .tsv "
-    ".log .sh .bash .zsh .fish .js .ts .tsx .jsx .html .htm .css .xml .sql .rs .go .c .h .cc "
-    ".cpp .hpp .java .kt .rb .php .lua .pl .r .swift .diff .patch .env.example .service "
-    ".dockerfile .tex .srt .vtt".split()
-)
 
 
 def make_intents() -> discord.Intents:
@@ -69,49 +61,6 @@ def make_intents() -> discord.Intents:
     intents.members = True
     intents.reactions = True
     return intents
-
-
-def is_text_attachment(att: discord.Attachment) -> bool:
-    content_type = (att.content_type or "").split(";")[0].strip().lower()
-    if content_type.startswith("text/") or content_type in ("application/json", "application/xml"):
-        return True
-    suffix = PurePath(att.filename).suffix.lower()
-    return suffix in TEXT_EXTENSIONS
-
-
-async def read_attachments(messages: list[discord.Message], cap: int) -> str:
-    """The text attachments of ``messages`` as blocks to append to the user's text."""
-    parts: list[str] = []
-    for message in messages:
-        for att in message.attachments:
-            if not is_text_attachment(att):
-                parts.append(f"[attachment {att.filename}: not a text file, not read]")
-                continue
-            if att.size > cap:
-                parts.append(f"[attachment {att.filename}: {att.size} bytes > {cap}, not read]")
-                continue
-            try:
-                data = await asyncio.wait_for(att.read(), HTTP_TIMEOUT)
-            except (discord.HTTPException, TimeoutError) as e:
-                log_event("discord_error", op="read_attachment", error=type(e).__name__)
-                parts.append(f"[attachment {att.filename}: could not be downloaded]")
-                continue
-            if len(data) > cap:
-                parts.append(f"[attachment {att.filename}: {len(data)} bytes > {cap}, not read]")
-                continue
-            text = data.decode("utf-8", errors="replace").replace("```", "`\u200b``")
-            parts.append(f"[attachment {att.filename}]\n```\n{text}\n```")
-    return "\n\n".join(parts)
-
-
-@dataclass
-class Job:
-    """One accepted Discord message waiting in the pipeline."""
-
-    message: discord.Message
-    route: Route
-    channel: discord.abc.Messageable  # where to answer (the new thread, if one was opened)
-    text: str
 
 
 def check(cfg: Config, mode: str = "auto") -> None:
@@ -171,7 +120,13 @@ class LunaBot(discord.Client):
         self.agent = agent
         self.memory = memory
         self.known_threads: set[int] = set()
-        self.pipeline = SessionPipeline(self.run_batch, burst_window=cfg.discord.burst_window)
+        self.adapter = DiscordAdapter(self, edit_interval=cfg.discord.edit_interval)
+        settings = ChannelSettings(
+            burst_window=cfg.discord.burst_window,
+            max_attachment_bytes=cfg.discord.max_attachment_bytes,
+            approval_timeout=cfg.tools.approval_timeout,
+        )
+        self.channel = Channel(self.adapter, agent, access_of(cfg.discord), settings)
         self.deliveries = deliveries  # luna.scheduler.delivery.DeliveryRouter, or None
 
     # ---- Discord events ----------------------------------------------------------------
@@ -181,23 +136,28 @@ class LunaBot(discord.Client):
         log.info("discord: logged in as %s (%s guilds)", user, len(self.guilds))
         log_event("discord_ready", user_id=str(user.id if user else ""), guilds=len(self.guilds))
         if self.deliveries is not None:  # connected: scheduled results can be sent now
-            self.deliveries.register("discord", self.deliver_scheduled)
-
-    async def deliver_scheduled(self, delivery: Any) -> bool:
-        """Send a scheduled task's result where the task was asked for."""
-        return await scheduled.deliver(self, delivery.target.address, delivery.text)
+            self.deliveries.register("discord", ScheduledDelivery(self.adapter))
 
     async def on_message(self, message: discord.Message) -> None:
         try:
             await self.handle_message(message)
         except Exception as e:  # one bad message must not stop the bot
             log.exception("discord: handling message %s failed", message.id)
-            log_event("discord_error", op="on_message", error=type(e).__name__)
+            log_event("channel_error", frontend="discord", op="on_message", error=type(e).__name__)
+
+    async def on_raw_reaction_add(self, payload: discord.RawReactionActionEvent) -> None:
+        """A ✅ or ❌ on an approval prompt, handed to the layer (which counts the owner's)."""
+        emoji = str(payload.emoji)
+        if emoji not in (APPROVE, DENY) or (self.user and payload.user_id == self.user.id):
+            return
+        self.channel.approvals.answer(
+            str(payload.message_id), str(payload.user_id), emoji == APPROVE
+        )
 
     async def close(self) -> None:
         if self.deliveries is not None:
             self.deliveries.unregister("discord")
-        await self.pipeline.aclose()
+        await self.channel.aclose()
         await super().close()
 
     # ---- routing -----------------------------------------------------------------------
@@ -228,7 +188,7 @@ class LunaBot(discord.Client):
         )
 
     async def handle_message(self, message: discord.Message) -> None:
-        """Route one message and hand it to the pipeline (or drop it)."""
+        """Route one message and hand it to the channel layer (or drop it)."""
         if self.user is None or message.author.id == self.user.id:
             return
         if message.type not in (discord.MessageType.default, discord.MessageType.reply):
@@ -236,8 +196,7 @@ class LunaBot(discord.Client):
         route = decide(self.facts(message), self.cfg.discord)
         if route is None:
             return
-        if not self.pipeline.admit(message.id):
-            log_event("discord_duplicate", message_id=str(message.id))
+        if not self.channel.admit(str(message.id)):
             return
         if not route.text and not message.attachments:
             return
@@ -251,69 +210,28 @@ class LunaBot(discord.Client):
                 session_id = f"ch-{message.channel.id}-{message.author.id}"
         if route.remember_thread:
             self.known_threads.add(message.channel.id)
-        log_event("discord_message", session=session_id, message_id=str(message.id))
-        job = Job(message=message, route=route, channel=channel, text=route.text)
-        self.pipeline.submit(Incoming(message.id, session_id, message.author.id, job))
+        is_dm = message.guild is None
+        event = InboundEvent(
+            message_id=str(message.id),
+            author_id=route.user_id,
+            author_is_bot=False,
+            conversation=channel,
+            session_id=session_id,
+            text=route.text,
+            is_private=is_dm,
+            addressed=True,
+            address=address_of(channel, route.user_id, is_dm),
+            files=tuple(incoming_file(a) for a in message.attachments),
+        )
+        speaker = Speaker(route.user_id, route.scope, route.allow_tools, route.scope == "owner")
+        self.channel.submit(event, speaker)
 
     async def open_thread(self, message: discord.Message, text: str) -> discord.Thread | None:
         """Open a thread on ``message``; None (answer in the channel) when Discord refuses."""
         name = " ".join(text.split())[:THREAD_NAME_CHARS] or "Luna"
-        thread = await safe_call("create_thread", message.create_thread(name=name))
+        thread = await attempt(
+            "discord", "create_thread", lambda: call(message.create_thread(name=name))
+        )
         if thread is not None:
             self.known_threads.add(thread.id)
         return thread
-
-    # ---- one turn ----------------------------------------------------------------------
-
-    async def run_batch(self, batch: Batch) -> None:
-        """Run one turn for a burst of messages and render it."""
-        jobs: list[Job] = [item.payload for item in batch.items]
-        first = jobs[0]
-        route, channel = first.route, first.channel
-        text = "\n".join(j.text for j in jobs if j.text)
-        attached = await read_attachments(
-            [j.message for j in jobs], self.cfg.discord.max_attachment_bytes
-        )
-        if attached:
-            text = f"{text}\n\n{attached}" if text else attached
-        approver = None
-        if route.allow_tools:
-            approver = ReactionApprover(
-                self,
-                channel,
-                owner_id=self.cfg.discord.owner_id,
-                timeout=self.cfg.tools.approval_timeout,
-            )
-        inbound = InboundMessage(
-            session_id=batch.session_id,
-            text=text,
-            frontend="discord",
-            user_id=route.user_id,
-            scope=route.scope,
-            allow_tools=route.allow_tools,
-            approver=approver,
-            address=scheduled.address_of(channel, route.user_id, first.message.guild is None),
-        )
-        stream = ReplyStream(channel, edit_interval=self.cfg.discord.edit_interval)
-        typing = asyncio.get_running_loop().create_task(self.keep_typing(channel))
-        try:
-            async for event in self.agent.run_turn(inbound):
-                await stream.feed(event)
-        except LunaError as e:
-            log.exception("discord: turn failed in %s", batch.session_id)
-            log_event("discord_error", op="turn", session=batch.session_id, error=type(e).__name__)
-            stream.fail(short_line(str(e)) or GENERIC_FAILURE)
-        except Exception as e:  # a code bug: the log gets the traceback
-            log.exception("discord: turn crashed in %s", batch.session_id)
-            log_event("discord_error", op="turn", session=batch.session_id, error=type(e).__name__)
-            stream.fail(GENERIC_FAILURE)
-        finally:
-            typing.cancel()
-            await asyncio.gather(typing, return_exceptions=True)
-        await stream.finish()
-
-    async def keep_typing(self, channel: discord.abc.Messageable) -> None:
-        """Show the typing indicator until cancelled."""
-        while True:
-            await safe_call("typing", channel.typing())
-            await asyncio.sleep(TYPING_EVERY)

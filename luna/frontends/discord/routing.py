@@ -7,9 +7,10 @@ Invariants:
 - Bots (including Luna herself) are never answered.
 - Guild and channel allowlists apply when non-empty (a thread counts as its parent channel);
   DMs have no guild or channel to check.
-- The owner is always allowed; ``allowed_users`` get tools; anyone else is ignored unless
-  ``strangers_can_chat``, and then chats without tools. Nobody but the owner has scope
-  ``owner``; everyone else has ``user:<id>``.
+- Who may talk is the channel layer's rule (:func:`access_of` builds it from
+  ``[discord]``): the owner and ``allowed_users`` get tools, strangers chat without tools when
+  ``strangers_can_chat``; nobody but the owner has scope ``owner``, everyone else
+  ``user:<id>``.
 - Luna answers DMs, mentions, and messages in threads she created or was mentioned in.
   A mention in a plain channel opens a thread when ``reply_in_threads`` is on.
 - Session ids: ``thread-{thread_id}``, ``dm-{user_id}``, ``ch-{channel_id}-{user_id}``
@@ -22,6 +23,7 @@ import re
 from dataclasses import dataclass
 
 from luna.config import DiscordConfig
+from luna.frontends.channels.access import Access
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,16 @@ def strip_mention(content: str, bot_id: int) -> str:
     return re.sub(r"[ \t]{2,}", " ", text).strip()
 
 
+def access_of(cfg: DiscordConfig) -> Access:
+    """The channel layer's admission rules with Discord's settings."""
+    return Access.of(
+        [cfg.owner_id],
+        cfg.allowed_users,
+        strangers_can_chat=cfg.strangers_can_chat,
+        id_prefix="",
+    )
+
+
 def decide(f: MessageFacts, cfg: DiscordConfig) -> Route | None:
     """The route for one message, or None to ignore it (see module invariants)."""
     if f.author_is_bot or f.author_id == f.bot_id:
@@ -69,15 +81,10 @@ def decide(f: MessageFacts, cfg: DiscordConfig) -> Route | None:
             channel in cfg.allowed_channels or f.channel_id in cfg.allowed_channels
         ):
             return None
-    is_owner = cfg.owner_id != 0 and f.author_id == cfg.owner_id
-    if is_owner or f.author_id in cfg.allowed_users:
-        allow_tools = True
-    elif cfg.strangers_can_chat:
-        allow_tools = False
-    else:
+    speaker = access_of(cfg).speaker(str(f.author_id))
+    if speaker is None:
         return None
-    scope = "owner" if is_owner else f"user:{f.author_id}"
-    user_id = str(f.author_id)
+    scope, allow_tools, user_id = speaker.scope, speaker.allow_tools, speaker.user_id
     text = strip_mention(f.content, f.bot_id) if f.mentions_bot else f.content.strip()
 
     def route(session_id: str, **extra: bool) -> Route:

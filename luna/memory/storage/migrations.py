@@ -322,4 +322,30 @@ MIGRATIONS: list[Migration] = [
             )""",
         ],
     ),
+    (
+        "m012_channel_cursors",
+        [
+            # A chat app's read position (luna.frontends.channels.cursor): Telegram's update
+            # offset, one row per bot account, kept with the database it acknowledges into.
+            """CREATE TABLE channel_cursors (
+                channel TEXT NOT NULL,
+                account TEXT NOT NULL,
+                cursor TEXT NOT NULL,
+                updated_at TEXT NOT NULL,
+                PRIMARY KEY (channel, account)
+            )""",
+            # Turns whose user message is committed and acknowledged but not yet answered: a
+            # row is written with the cursor that acknowledges its events and deleted once
+            # the reply is sent, so a restart answers what a dead process left unanswered.
+            """CREATE TABLE channel_turns (
+                channel TEXT NOT NULL,
+                account TEXT NOT NULL,
+                event_id TEXT NOT NULL,
+                message_id INTEGER NOT NULL,
+                event TEXT NOT NULL,
+                created_at TEXT NOT NULL,
+                PRIMARY KEY (channel, account, event_id)
+            )""",
+        ],
+    ),
 ]

@@ -21,8 +21,8 @@ from discord.ext.test import backend, callbacks, factories
 
 from luna.agent import Agent
 from luna.config import Config
+from luna.frontends.channels.pipeline import Batch, SessionPipeline
 from luna.frontends.discord.bot import LunaBot
-from luna.frontends.discord.pipeline import Batch, SessionPipeline
 from luna.llm import LLMClient
 from luna.memory import Memory
 from luna.memory.embedding.embeddings import Embedder
@@ -197,8 +197,8 @@ async def make_harness(
         agent = Agent(cfg, llm, memory, tools_registry(cfg))
         bot = LunaBot(cfg, agent, memory)
         turns = TurnCounter()
-        bot.pipeline = SessionPipeline(
-            turns.wrap(bot.run_batch), burst_window=cfg.discord.burst_window
+        bot.channel.pipeline = SessionPipeline(
+            turns.wrap(bot.channel.run_batch), burst_window=cfg.discord.burst_window
         )
         opened.append((bot, memory, llm))
         await bot._async_setup_hook()  # dpytest: binds the client to the running loop
@@ -227,7 +227,7 @@ async def make_harness(
 
     yield make
     for bot, memory, llm in opened:
-        await bot.pipeline.aclose()
+        await bot.channel.aclose()
         await llm.close()
         await memory.close()
     callbacks.remove_callback("edit_message")

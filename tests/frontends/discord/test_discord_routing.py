@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from luna.config import DiscordConfig
-from luna.frontends.discord.pipeline import Batch, Incoming, SessionPipeline
+from luna.frontends.channels.pipeline import Batch, Incoming, SessionPipeline
 from luna.frontends.discord.routing import MessageFacts, decide, strip_mention
 
 BOT, OWNER, FRIEND, STRANGER = 900, 100, 200, 300

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from luna.frontends.discord.split import CLOSE, FENCE, split_message, split_pieces
+from luna.frontends.channels.split import CLOSE, FENCE, split_message, split_pieces
 
 LANG = re.compile(r"[A-Za-z0-9_+#.\-]{1,32}(?=\n|$)")
 

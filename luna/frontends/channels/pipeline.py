@@ -1,7 +1,8 @@
-"""The Discord message pipeline: drop replays, merge bursts, run one turn per session at a time.
+"""The chat message pipeline: drop replays, merge bursts, run one turn per session at a time.
 
-Job: sit between ``on_message`` and the turn runner. A message goes through :meth:`admit`
-(duplicate check) and :meth:`submit`; the pipeline calls ``handler(batch)`` once per turn.
+Job: sit between an app's incoming messages and the turn runner. A message goes through
+:meth:`admit` (duplicate check) and :meth:`submit`; the pipeline calls ``handler(batch)`` once
+per turn.
 
 Invariants:
 - A message id is admitted once; a replayed or duplicated event is refused (bounded memory:
@@ -20,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,10 +37,10 @@ DEFAULT_MAX_BURST = 10
 class Incoming:
     """One accepted message: routing already decided, payload opaque to the pipeline."""
 
-    message_id: int
+    message_id: Hashable
     session_id: str
-    author_id: int
-    payload: Any  # the front-end's own record (the bot's ``Job``); the pipeline never reads it
+    author_id: Hashable
+    payload: Any  # the channel's own record; the pipeline never reads it
 
 
 @dataclass
@@ -47,7 +48,7 @@ class Batch:
     """One turn's worth of messages (a burst), all from one author in one session."""
 
     session_id: str
-    author_id: int
+    author_id: Hashable
     items: list[Incoming] = field(default_factory=list)
 
 
@@ -69,13 +70,13 @@ class SessionPipeline:
         self._window = max(0.0, burst_window)
         self._max_seen = max_seen
         self._max_burst = max_burst
-        self._seen: OrderedDict[int, None] = OrderedDict()
+        self._seen: OrderedDict[Hashable, None] = OrderedDict()
         self._open: dict[str, Batch] = {}  # session -> burst still collecting
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._queues: dict[str, asyncio.Queue[Batch]] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
 
-    def admit(self, message_id: int) -> bool:
+    def admit(self, message_id: Hashable) -> bool:
         """True the first time ``message_id`` is offered (and remember it); False for a repeat."""
         if message_id in self._seen:
             self._seen.move_to_end(message_id)
@@ -117,7 +118,7 @@ class SessionPipeline:
         worker = self._workers.get(sid)
         if worker is None or worker.done():
             self._workers[sid] = asyncio.get_running_loop().create_task(
-                self._work(sid, queue), name=f"discord-session-{sid}"
+                self._work(sid, queue), name=f"channel-session-{sid}"
             )
 
     async def _work(self, sid: str, queue: asyncio.Queue[Batch]) -> None:
@@ -127,8 +128,8 @@ class SessionPipeline:
                 try:
                     await self._handler(batch)
                 except Exception as e:  # a bad turn must not stop the session
-                    log.exception("discord turn handler failed for %s", sid)
-                    log_event("discord_error", op="turn", session=sid, error=type(e).__name__)
+                    log.exception("channel turn handler failed for %s", sid)
+                    log_event("channel_error", op="turn", session=sid, error=type(e).__name__)
         finally:
             if self._workers.get(sid) is asyncio.current_task():
                 del self._workers[sid]

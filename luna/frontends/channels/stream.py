@@ -1,15 +1,19 @@
-"""Render one agent turn into Discord messages: streamed edits, a tool status line, the final split.
+"""Render one agent turn into a chat app: streamed edits, a tool status line, the final split.
 
 Job: :class:`ReplyStream` receives the turn's :data:`AgentEvent` s and keeps at most two live
-messages up to date: the reply (edited as text streams in) and, once a tool runs, one status
-line (edited, never one message per tool). :meth:`finish` writes the final text, split into
-extra messages when it is longer than Discord's 2,000 characters.
+messages up to date through a :class:`~luna.frontends.channels.contract.ChannelAdapter`: the
+reply (edited as text streams in) and, once a tool runs, one status line (edited, never one
+message per tool). :meth:`finish` writes the final text, split at the app's ``limit``.
 
 Invariants:
-- Edits to Discord happen at most once per ``edit_interval`` seconds while streaming; the
-  final write is immediate, and when its edit fails the final text is sent as a new message.
-- Every Discord HTTP call has a timeout and its errors (rate limit, forbidden, not found) are
-  logged with :func:`log_event` and never raised: a failing channel cannot kill the bot.
+- While streaming, the app is written to at most once per ``edit_interval`` seconds, and never
+  before a rate limit's ``retry_after`` has passed; a failed live edit keeps the old message
+  (the next one catches up).
+- The final reply is never lost: a rate limit is waited out, a failed edit becomes a new
+  message, and a chunk the app still finds too long is halved until it fits. A live write
+  already sent is waited for, never cancelled (a cancelled send would leave a message the
+  stream does not know of, and the final text would come twice).
+- No adapter error is raised out of here: each is logged (``luna.frontends.channels.sending``).
 - A failed turn shows one short line (``⚠️ ...``); no traceback ever reaches the chat.
 """
 
@@ -18,12 +22,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable
-from typing import TypeVar
 
-import discord
-
-from luna.frontends.discord.split import DISCORD_LIMIT, split_message
+from luna.frontends.channels.contract import (
+    ChannelAdapter,
+    ChannelError,
+    MessageGoneError,
+    RateLimitedError,
+    Sent,
+)
+from luna.frontends.channels.sending import CALL_TIMEOUT, attempt, send_text
+from luna.frontends.channels.split import split_message
 from luna.messages import (
     AgentEvent,
     Status,
@@ -37,10 +45,8 @@ from luna.observe import log_event
 
 log = logging.getLogger(__name__)
 
-HTTP_TIMEOUT = 30.0
 MAX_ERROR_CHARS = 300
 EMPTY_REPLY = "_(no reply)_"
-T = TypeVar("T")
 
 
 def short_line(text: str, limit: int = MAX_ERROR_CHARS) -> str:
@@ -49,31 +55,20 @@ def short_line(text: str, limit: int = MAX_ERROR_CHARS) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-async def safe_call(op: str, coro: Awaitable[T]) -> T | None:
-    """Await a Discord HTTP call with a timeout; log and return None on failure."""
-    try:
-        return await asyncio.wait_for(coro, HTTP_TIMEOUT)
-    except discord.HTTPException as e:
-        log.warning("discord %s failed: %s %s", op, e.status, e.code)
-        log_event("discord_error", op=op, status=e.status, code=e.code)
-    except TimeoutError:
-        log.warning("discord %s timed out", op)
-        log_event("discord_error", op=op, error="timeout")
-    return None
-
-
 class ReplyStream:
-    """The live reply and status messages of one turn in one channel."""
+    """The live reply and status messages of one turn in one conversation."""
 
-    def __init__(self, channel: discord.abc.Messageable, *, edit_interval: float) -> None:
-        self.channel = channel
-        self.edit_interval = max(0.0, edit_interval)
+    def __init__(self, app: ChannelAdapter, conversation: object) -> None:
+        self.app = app
+        self.conversation = conversation
+        self.limit = app.limit
+        self.edit_interval = max(0.0, app.edit_interval)
         self.text = ""
         self.final: str | None = None
         self.error: str | None = None
-        self.reply_messages: list[discord.Message] = []
-        self.status_message: discord.Message | None = None
-        self._reply_msg: discord.Message | None = None
+        self.reply_messages: list[Sent] = []
+        self.status_message: Sent | None = None
+        self._reply_msg: Sent | None = None
         self._shown = ""
         self._tools: list[str] = []
         self._failed = 0
@@ -81,7 +76,9 @@ class ReplyStream:
         self._waiting = ""  # what the turn waits for (the server loading, a long prefill)
         self._status_dirty = False
         self._last_write = 0.0
+        self._not_before = 0.0  # a rate limit's end (monotonic)
         self._flush_task: asyncio.Task[None] | None = None
+        self._writing = False
         self._lock = asyncio.Lock()
 
     # ---- events ------------------------------------------------------------------------
@@ -114,8 +111,9 @@ class ReplyStream:
         self.error = short_line(line) or "The turn failed."
 
     def status_text(self, *, done: bool = False) -> str:
+        mark = self.app.status_prefix
         if not self._tools:
-            return "" if done else f"-# ⏳ {self._waiting}"[:DISCORD_LIMIT]
+            return "" if done else f"{mark}⏳ {self._waiting}"[: self.limit]
         counts: dict[str, int] = {}
         for name in self._tools:
             counts[name] = counts.get(name, 0) + 1
@@ -123,8 +121,8 @@ class ReplyStream:
         failed = f" ({self._failed} failed)" if self._failed else ""
         if not done and self._running:
             running = ", ".join(f"`{n}`" for n in dict.fromkeys(self._running.values()))
-            return f"-# 🔧 running {running}… (used: {used}){failed}"[:DISCORD_LIMIT]
-        return f"-# 🔧 used {used}{failed}"[:DISCORD_LIMIT]
+            return f"{mark}🔧 running {running}… (used: {used}){failed}"[: self.limit]
+        return f"{mark}🔧 used {used}{failed}"[: self.limit]
 
     # ---- writing -----------------------------------------------------------------------
 
@@ -133,10 +131,15 @@ class ReplyStream:
             self._flush_task = asyncio.get_running_loop().create_task(self._flush_later())
 
     async def _flush_later(self) -> None:
-        wait = self._last_write + self.edit_interval - time.monotonic()
+        due = max(self._last_write + self.edit_interval, self._not_before)
+        wait = due - time.monotonic()
         if wait > 0:
             await asyncio.sleep(wait)
-        await self._flush(live=True)
+        self._writing = True  # from here on, finish() waits for this write instead of cutting it
+        try:
+            await self._flush(live=True)
+        finally:
+            self._writing = False
 
     async def _flush(self, *, live: bool) -> None:
         async with self._lock:
@@ -145,8 +148,8 @@ class ReplyStream:
                 await self._write_status(self.status_text(done=not live))
             if live:
                 preview = self.text
-                if len(preview) > DISCORD_LIMIT:
-                    preview = "…" + preview[-(DISCORD_LIMIT - 1) :]
+                if len(preview) > self.limit:
+                    preview = "…" + preview[-(self.limit - 1) :]
                 if preview.strip() and preview != self._shown:
                     self._reply_msg = await self._write(self._reply_msg, preview, "reply")
                     if self._reply_msg is not None:
@@ -154,33 +157,49 @@ class ReplyStream:
             self._last_write = time.monotonic()
 
     async def _write(
-        self, msg: discord.Message | None, content: str, what: str, *, is_final: bool = False
-    ) -> discord.Message | None:
+        self, msg: Sent | None, content: str, what: str, *, is_final: bool = False
+    ) -> Sent | None:
         """Edit ``msg`` to ``content`` (or send it when there is none / it was deleted).
 
-        A failed streaming edit keeps the old message (the next edit catches up); a failed
-        final edit sends ``content`` as a new message, so the answer is never lost.
+        A failed streaming edit keeps the old message (the next edit catches up) and a rate
+        limit holds every write until it ends; a final edit waits a rate limit out, and when
+        it still fails ``content`` is sent as a new message, so the answer is never lost.
         """
+        name = self.app.name
         if msg is not None:
             try:
-                return await asyncio.wait_for(msg.edit(content=content), HTTP_TIMEOUT)
-            except discord.NotFound:
-                log_event("discord_error", op=f"edit_{what}", status=404)
-            except discord.HTTPException as e:
-                log.warning("discord edit_%s failed: %s %s", what, e.status, e.code)
-                log_event("discord_error", op=f"edit_{what}", status=e.status, code=e.code)
+                return await asyncio.wait_for(self.app.edit(msg, content), CALL_TIMEOUT)
+            except MessageGoneError:
+                log_event("channel_error", frontend=name, op=f"edit_{what}", status=404)
+            except RateLimitedError as e:
+                self._not_before = time.monotonic() + e.retry_after
+                log_event("channel_rate_limited", frontend=name, op=f"edit_{what}",
+                          retry_after=round(e.retry_after, 3))  # fmt: skip
                 if not is_final:
                     return msg
-            except TimeoutError:
-                log_event("discord_error", op=f"edit_{what}", error="timeout")
+                await asyncio.sleep(e.retry_after)
+                edited = await attempt(name, f"edit_{what}", lambda: self.app.edit(msg, content))
+                if edited is not None:
+                    return edited
+            except (ChannelError, TimeoutError) as e:
+                log.warning("%s edit_%s failed: %s", name, what, e or "timeout")
+                log_event("channel_error", frontend=name, op=f"edit_{what}",
+                          error=type(e).__name__)  # fmt: skip
                 if not is_final:
                     return msg
-        return await safe_call(f"send_{what}", self.channel.send(content))
+        if not is_final and time.monotonic() < self._not_before:
+            return msg  # a new message would break the rate limit too
+        return await self.send(content, what)
+
+    async def send(self, content: str, what: str = "reply") -> Sent | None:
+        """Send ``content`` as a new message in this conversation."""
+        return await send_text(self.app, self.conversation, content, what)
 
     async def _write_status(self, content: str) -> None:
         if not content:  # a waiting line with nothing left to say: remove it
             if self.status_message is not None:
-                await safe_call("delete_status", self.status_message.delete())
+                sent = self.status_message
+                await attempt(self.app.name, "delete_status", lambda: self.app.delete(sent))
                 self.status_message = None
             return
         self.status_message = await self._write(self.status_message, content, "status")
@@ -189,7 +208,8 @@ class ReplyStream:
         """Stop streaming and write the final status line and reply."""
         task = self._flush_task
         if task is not None and not task.done():
-            task.cancel()
+            if not self._writing:  # still waiting for its turn: not needed any more
+                task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         if self._tools or self.status_message is not None:
             self._status_dirty = True
@@ -200,12 +220,12 @@ class ReplyStream:
             body = self.final if self.final and self.final.strip() else self.text
             if not body.strip():
                 body = EMPTY_REPLY
-        chunks = split_message(body) or [EMPTY_REPLY]
+        chunks = split_message(body, self.limit) or [EMPTY_REPLY]
         async with self._lock:
             first = await self._write(self._reply_msg, chunks[0], "reply", is_final=True)
             self._reply_msg = first
             self.reply_messages = [first] if first is not None else []
             for chunk in chunks[1:]:
-                sent = await safe_call("send_reply", self.channel.send(chunk))
+                sent = await self.send(chunk)
                 if sent is not None:
                     self.reply_messages.append(sent)

@@ -1,6 +1,7 @@
-"""Split a reply into Discord-sized messages.
+"""Split a reply into messages of a chat app's size.
 
-Job: turn one reply text into chunks that Discord accepts (at most ``limit`` characters each).
+Job: turn one reply text into chunks that the app accepts (at most ``limit`` characters each;
+``DEFAULT_LIMIT`` is Discord's 2,000, the smallest of the apps').
 
 Invariants:
 - Every chunk is at most ``limit`` characters and contains something other than whitespace.
@@ -20,7 +21,7 @@ import bisect
 import re
 from dataclasses import dataclass
 
-DISCORD_LIMIT = 2000
+DEFAULT_LIMIT = 2000
 MIN_LIMIT = 64
 FENCE = "```"
 CLOSE = "\n```"
@@ -86,7 +87,7 @@ def _choose_cut(text: str, start: int, budget: int, fences: _Fences) -> tuple[in
     return cut, 0
 
 
-def split_pieces(text: str, limit: int = DISCORD_LIMIT) -> list[Piece]:
+def split_pieces(text: str, limit: int = DEFAULT_LIMIT) -> list[Piece]:
     """The chunks of :func:`split_message` with their added fence lines kept apart."""
     if limit < MIN_LIMIT:
         raise ValueError(f"limit must be at least {MIN_LIMIT}, got {limit}")
@@ -112,6 +113,6 @@ def split_pieces(text: str, limit: int = DISCORD_LIMIT) -> list[Piece]:
     return pieces
 
 
-def split_message(text: str, limit: int = DISCORD_LIMIT) -> list[str]:
+def split_message(text: str, limit: int = DEFAULT_LIMIT) -> list[str]:
     """Split ``text`` into chunks of at most ``limit`` characters (see module invariants)."""
     return [p.text for p in split_pieces(text, limit)]
