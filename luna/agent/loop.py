@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import datetime as dt
 import logging
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -42,6 +41,7 @@ from luna.agent.calls import run_round, vet_calls
 from luna.agent.describer import ImageDescriber
 from luna.agent.fit import ContextFit
 from luna.agent.head import Head, SessionHeads
+from luna.agent.notes import EMPTY_REPLY, now_in, round_limit_note
 from luna.agent.prompt import (
     as_sent,
     assistant_message,
@@ -56,7 +56,6 @@ from luna.agent.recovery import ModelCall
 from luna.agent.sight import ImageSource, Sight, TurnSight
 from luna.agent.subagent import WRAP_UP_NOTE, TurnBudget, run_subagent
 from luna.config import Config
-from luna.config.timezone import zone_for
 from luna.errors import DatabaseBusyError, DatabaseCorruptError, LLMError, LunaError
 from luna.llm.stream import Progress
 from luna.memory import format_recall
@@ -83,17 +82,6 @@ WAITING_NOTICE = 10.0  # seconds of silence from the model before the user is to
 MAX_REMEMBERED_SESSIONS = 256
 
 __all__ = ["WRAP_UP_NOTE", "Agent"]
-
-
-EMPTY_REPLY = "(The model sent back an empty reply. Send your message again, or rephrase it.)"
-
-
-def _round_limit_note(max_rounds: int, wanted: list[str]) -> str:
-    more = f" It still wanted to run: {', '.join(dict.fromkeys(wanted))}." if wanted else ""
-    return (
-        f"(I used all {max_rounds} tool rounds for this message before finishing.{more} "
-        "Ask me to continue and I will pick up from here.)"
-    )
 
 
 class Agent:
@@ -270,7 +258,7 @@ class Agent:
             recall.cancel()  # a no-op once it is done; stops it when the commit failed
             heading.cancel()
         records = [r for r in records if r.id != message_id]  # it goes last, with its context
-        context = render_context(_now(self.cfg.agent.timezone), block)
+        context = render_context(now_in(self.cfg.agent.timezone), block)
         await self.memory.set_context(message_id, context)
         files = [*(a for r in records for a in r.attachments), *msg.attachments]
         sight = await self.sight.look(msg.session_id, files, emit)
@@ -382,7 +370,7 @@ class Agent:
         if not at_limit:
             emit(TextDelta(EMPTY_REPLY))
             return EMPTY_REPLY, reply
-        note = _round_limit_note(self.cfg.agent.max_rounds, [c.name for c in resp.tool_calls])
+        note = round_limit_note(self.cfg.agent.max_rounds, [c.name for c in resp.tool_calls])
         emit(TextDelta(("\n\n" if reply.strip() else "") + note))
         shown = f"{reply.rstrip()}\n\n{note}" if reply.strip() else note
         return shown, shown
@@ -449,7 +437,7 @@ class Agent:
     async def _recall_block(self, msg: InboundMessage) -> str:
         # Memory leaves out this session's messages still in the prompt (this one included);
         # "yesterday" is the owner's yesterday (agent.timezone).
-        now = _now(self.cfg.agent.timezone)
+        now = now_in(self.cfg.agent.timezone)
         try:
             items = await self.memory.recall(
                 msg.text, scope=msg.scope, session_id=msg.session_id, now=now
@@ -498,8 +486,3 @@ class Agent:
             allowed_tools=allowed,
             declared=declared,
         )
-
-
-def _now(timezone: str) -> dt.datetime:
-    """The time in ``agent.timezone``: the zone people give times in (the scheduler's)."""
-    return dt.datetime.now(zone_for(timezone))
