@@ -29,7 +29,7 @@ W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 A = "{http://schemas.openxmlformats.org/drawingml/2006/main}"
 S = "{http://schemas.openxmlformats.org/spreadsheetml/2006/main}"
 TEXT_NS = "{urn:oasis:names:tc:opendocument:xmlns:text:1.0}"
-_NUMBER = re.compile(r"(\d+)\.xml$")
+_NUMBER = re.compile(r"(\d+)\.xml\Z")
 
 
 class OfficeError(ValueError):
