@@ -257,10 +257,17 @@ class Agent:
         finally:
             recall.cancel()  # a no-op once it is done; stops it when the commit failed
             heading.cancel()
+        stored = next((r for r in records if r.id == message_id), None)
         records = [r for r in records if r.id != message_id]  # it goes last, with its context
-        context = render_context(_now(self.cfg.agent.timezone), block)
-        await self.memory.set_context(message_id, context)
-        user_message = {"role": "user", "content": attach_context(msg.text, context)}
+        text = msg.text
+        if msg.stored_id is not None and stored is not None:  # as the dead process stored it
+            text, context = stored.content, stored.context
+        else:
+            context = None
+        if context is None:
+            context = render_context(_now(self.cfg.agent.timezone), block)
+            await self.memory.set_context(message_id, context)
+        user_message = {"role": "user", "content": attach_context(text, context)}
         history = history_messages(records, reasoning=self.cfg.llm.history_reasoning)
         skills = head.skills if msg.allow_tools else []  # skills are for those with tool rights
         prompt = self.cfg.agent.system_prompt

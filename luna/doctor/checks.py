@@ -50,6 +50,7 @@ from luna.doctor.result import (
     skipped,
 )
 from luna.doctor.skills import check_skills
+from luna.doctor.telegram import check_telegram
 from luna.doctor.web import check_web
 from luna.errors import ConfigError
 
@@ -64,6 +65,7 @@ GROUP_TIMEOUTS = {
     "sandbox": 30.0,
     "mcp": 120.0,
     "discord": 5.0,
+    "telegram": 10.0,
     "disk": 10.0,
     "web": 10.0,
     "hooks": 10.0,
@@ -310,6 +312,7 @@ CHECKS: list[tuple[str, Check]] = [
     ("sandbox", check_sandbox),
     ("mcp", check_mcp),
     ("discord", check_discord),
+    ("telegram", check_telegram),
     ("disk", check_disk),
     ("web", check_web),
     ("hooks", check_hooks),

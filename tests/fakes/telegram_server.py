@@ -144,6 +144,7 @@ class FakeTelegram:
         self.webhook: dict[str, Any] = {"url": ""}
         self.webhook_errors: list[str] = []
         self.offsets: list[int] = []  # every offset getUpdates was called with
+        self.delivered: list[int] = []  # every update id getUpdates returned (repeats too)
         self._updates: list[dict[str, Any]] = []
         self._confirmed = 0  # every update_id below this is forgotten
         self._faults: dict[str, list[Fault]] = {}
@@ -385,6 +386,8 @@ class FakeTelegram:
                 ready = [u for u in self._updates if u["update_id"] >= offset][:limit]
             left = deadline - time.monotonic()
             if ready or left <= 0:
+                with self._lock:
+                    self.delivered.extend(u["update_id"] for u in ready)
                 return ready
             async with self._changed:
                 try:
