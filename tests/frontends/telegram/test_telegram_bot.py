@@ -193,3 +193,21 @@ async def test_telegram_timeouts_cost_no_reply(
     telegram.message(OWNER, "slow network?")
     await telegram.wait_for(lambda: telegram.shown(OWNER) == ["Made it anyway."])
     assert len(telegram.called("sendMessage")) == 2  # the first timed out, the final went out
+
+
+async def test_telegram_message_telegram_finds_too_long_is_halved_not_lost(
+    start_luna: Callable[..., Any], telegram: FakeTelegram, llm_server: FakeLLMServer
+) -> None:
+    await start_luna({"edit_interval": 30})
+    too_long = "Bad Request: message is too long"  # Telegram counts otherwise than Luna
+    for method in ("sendMessage", "editMessageText"):
+        telegram.fault(method, status=400, times=100, description=too_long,
+                       when=lambda p: len(p["text"]) > 3000)  # fmt: skip
+    reply = " ".join(f"w{i}" for i in range(800))  # 4,000 characters: fits by Luna's count
+    llm_server.script(Reply(content=reply, chunk_size=4000))
+    telegram.message(OWNER, "long one")
+    await telegram.wait_for(lambda: " ".join(telegram.shown(OWNER)).split() == reply.split())
+    await asyncio.sleep(0.3)
+    parts = telegram.shown(OWNER)
+    assert len(parts) >= 2 and all(len(p) <= 3000 for p in parts)
+    assert " ".join(parts).split() == reply.split()  # whole, once
