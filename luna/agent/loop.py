@@ -257,12 +257,18 @@ class Agent:
         finally:
             recall.cancel()  # a no-op once it is done; stops it when the commit failed
             heading.cancel()
+        stored = next((r for r in records if r.id == message_id), None)
         records = [r for r in records if r.id != message_id]  # it goes last, with its context
-        context = render_context(now_in(self.cfg.agent.timezone), block)
-        await self.memory.set_context(message_id, context)
-        files = [*(a for r in records for a in r.attachments), *msg.attachments]
+        text, files_now, context = msg.text, msg.attachments, None
+        if msg.stored_id is not None and stored is not None:  # as the dead process stored it
+            text, files_now, context = stored.content, stored.attachments, stored.context
+        if context is None:
+            context = render_context(now_in(self.cfg.agent.timezone), block)
+            await self.memory.set_context(message_id, context)
+        files = [*(a for r in records for a in r.attachments), *files_now]
         sight = await self.sight.look(msg.session_id, files, emit)
-        new = as_sent({**logged, "content": attach_context(msg.text, context)}, sight.parts)
+        sent = {**user_message(text, files_now), "content": attach_context(text, context)}
+        new = as_sent(sent, sight.parts)
         reasoning = self.cfg.llm.history_reasoning
         history = history_messages(records, reasoning=reasoning, parts=sight.parts)
         skills = head.skills if msg.allow_tools else []  # skills are for those with tool rights

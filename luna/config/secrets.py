@@ -1,11 +1,12 @@
-"""Shape checks for secrets, which never leave the environment: is this a Discord bot token,
-and is ``LUNA_WEB_TOKEN`` (or a webhook's secret) worth the name?
+"""Shape checks for secrets, which never leave the environment: is this a Discord or Telegram bot
+token, and is ``LUNA_WEB_TOKEN`` (or a webhook's secret) worth the name?
 
-No network: a Discord token is checked by its form only (three base64url segments, the first
-decoding to the bot's numeric id), so a copy-paste mistake is caught before Luna connects
-anywhere. The web token is checked for length and for the variety a random secret has
-(:func:`web_token_problem`, the one rule the web front-end and ``luna doctor`` both apply);
-a webhook's secret by the same measure, with a higher bar (:func:`hook_secret_problem`).
+No network: a Discord or Telegram token is checked by its form only (Discord: three base64url
+segments, the first decoding to the bot's numeric id; Telegram: the bot id, a colon, a secret),
+so a copy-paste mistake is caught before Luna connects anywhere. The web token is checked for
+length and for the variety a random secret has (:func:`web_token_problem`, the one rule the web
+front-end and ``luna doctor`` both apply); a webhook's secret by the same measure, with a
+higher bar (:func:`hook_secret_problem`).
 
 Invariant: patterns match the whole value (``fullmatch``): a trailing newline is not a match.
 """
@@ -50,6 +51,16 @@ def discord_token_problem(token: str) -> str | None:
         return "not three base64url segments separated by dots"
     if discord_bot_id(token) is None:
         return "its first segment does not decode to a numeric bot id"
+    return None
+
+
+_TELEGRAM_TOKEN_RE = re.compile(r"\d{1,20}:[A-Za-z0-9_-]{30,}")
+
+
+def telegram_token_problem(token: str) -> str | None:
+    """Why the token is not a Telegram bot token (as @BotFather gives them), or None."""
+    if not _TELEGRAM_TOKEN_RE.fullmatch(token):
+        return "not the bot id, a colon, then 30 or more letters, digits, _ or -"
     return None
 
 

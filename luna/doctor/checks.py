@@ -53,6 +53,7 @@ from luna.doctor.result import (
     skipped,
 )
 from luna.doctor.skills import check_skills
+from luna.doctor.telegram import check_telegram
 from luna.doctor.web import check_web
 from luna.errors import ConfigError
 
@@ -69,6 +70,7 @@ GROUP_TIMEOUTS = {
     "mcp": 120.0,
     "discord": 5.0,
     "matrix": 15.0,
+    "telegram": 10.0,
     "disk": 10.0,
     "web": 10.0,
     "hooks": 10.0,
@@ -317,6 +319,7 @@ CHECKS: list[tuple[str, Check]] = [
     ("mcp", check_mcp),
     ("discord", check_discord),
     ("matrix", check_matrix),
+    ("telegram", check_telegram),
     ("disk", check_disk),
     ("web", check_web),
     ("hooks", check_hooks),

@@ -25,17 +25,17 @@ Invariants (the Bot API's documented behaviour, https://core.telegram.org/bots/a
 from __future__ import annotations
 
 import asyncio
-import html
 import itertools
 import json
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from html.parser import HTMLParser
 from typing import Any
 
 from aiohttp import ClientSession, web
+
+from tests.fakes.telegram_html import EntityError, utf16, visible_text
 
 TOKEN = "123456:TEST-token_for-the-fake-bot-api"
 BOT_ID = 123456
@@ -43,62 +43,6 @@ BOT_USERNAME = "luna_test_bot"
 MAX_TEXT = 4096
 _INT_FIELDS = {"chat_id", "message_id", "message_thread_id", "offset", "limit", "timeout"}
 _JSON_FIELDS = {"reply_markup", "allowed_updates", "reply_parameters", "link_preview_options"}
-_TAGS = {"b", "strong", "i", "em", "u", "ins", "s", "strike", "del", "code", "pre", "a",
-         "blockquote", "tg-spoiler", "span"}  # fmt: skip
-
-
-class EntityError(ValueError):
-    pass
-
-
-class _TelegramHTML(HTMLParser):
-    """Telegram's HTML: known tags only, balanced; collects the visible text."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=False)
-        self.stack: list[str] = []
-        self.text: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag not in _TAGS:
-            raise EntityError(f'unsupported start tag "{tag}"')
-        self.stack.append(tag)
-
-    def handle_endtag(self, tag: str) -> None:
-        if not self.stack or self.stack[-1] != tag:
-            raise EntityError(f'can\'t find end tag corresponding to start tag "{tag}"')
-        self.stack.pop()
-
-    def handle_data(self, data: str) -> None:
-        if "<" in data or ">" in data or "&" in data:
-            raise EntityError("unexpected end of name token")
-        self.text.append(data)
-
-    def handle_entityref(self, name: str) -> None:
-        if name not in ("lt", "gt", "amp", "quot"):
-            raise EntityError(f'unsupported HTML entity "&{name};"')
-        self.text.append(html.unescape(f"&{name};"))
-
-    def handle_charref(self, name: str) -> None:
-        self.text.append(html.unescape(f"&#{name};"))
-
-
-def visible_text(text: str, parse_mode: str | None) -> str:
-    """The text a reader sees; EntityError when Telegram would refuse to parse it."""
-    if parse_mode is None:
-        return text
-    if parse_mode != "HTML":
-        raise EntityError(f"unsupported parse_mode {parse_mode}")
-    parser = _TelegramHTML()
-    parser.feed(text)
-    parser.close()
-    if parser.stack:
-        raise EntityError(f'can\'t find end tag corresponding to start tag "{parser.stack[-1]}"')
-    return "".join(parser.text)
-
-
-def utf16(text: str) -> int:
-    return len(text.encode("utf-16-le")) // 2
 
 
 class ApiError(Exception):
@@ -144,6 +88,7 @@ class FakeTelegram:
         self.webhook: dict[str, Any] = {"url": ""}
         self.webhook_errors: list[str] = []
         self.offsets: list[int] = []  # every offset getUpdates was called with
+        self.delivered: list[int] = []  # every update id getUpdates returned (repeats too)
         self._updates: list[dict[str, Any]] = []
         self._confirmed = 0  # every update_id below this is forgotten
         self._faults: dict[str, list[Fault]] = {}
@@ -385,6 +330,8 @@ class FakeTelegram:
                 ready = [u for u in self._updates if u["update_id"] >= offset][:limit]
             left = deadline - time.monotonic()
             if ready or left <= 0:
+                with self._lock:
+                    self.delivered.extend(u["update_id"] for u in ready)
                 return ready
             async with self._changed:
                 try:

@@ -29,9 +29,10 @@ from luna.frontends.channels.contract import (
     MessageGoneError,
     RateLimitedError,
     Sent,
+    TooLongError,
 )
 from luna.frontends.channels.sending import CALL_TIMEOUT, attempt, send_text
-from luna.frontends.channels.split import split_message
+from luna.frontends.channels.split import MIN_LIMIT, split_message
 from luna.messages import (
     AgentEvent,
     Status,
@@ -169,6 +170,11 @@ class ReplyStream:
         if msg is not None:
             try:
                 return await asyncio.wait_for(self.app.edit(msg, content), CALL_TIMEOUT)
+            except TooLongError:
+                log_event("channel_error", frontend=name, op=f"edit_{what}", error="too_long")
+                if not is_final:
+                    return msg
+                return await self._write_halves(msg, content, what)
             except MessageGoneError:
                 log_event("channel_error", frontend=name, op=f"edit_{what}", status=404)
             except RateLimitedError as e:
@@ -187,9 +193,23 @@ class ReplyStream:
                           error=type(e).__name__)  # fmt: skip
                 if not is_final:
                     return msg
-        if not is_final and time.monotonic() < self._not_before:
-            return msg  # a new message would break the rate limit too
+        if not is_final:
+            if time.monotonic() < self._not_before:
+                return msg  # a new message would break the rate limit too
+            conversation = self.conversation  # a preview is never split: one message or none
+            return await attempt(name, f"send_{what}", lambda: self.app.send(conversation, content))
         return await self.send(content, what)
+
+    async def _write_halves(self, msg: Sent, content: str, what: str) -> Sent | None:
+        """The app found the final text too long for ``msg``: its first half goes there, the
+        rest in new messages."""
+        parts = split_message(content, max(MIN_LIMIT, len(content) // 2))
+        if len(parts) < 2:
+            return await self.send(content, what)
+        first = await self._write(msg, parts[0], what, is_final=True)
+        for part in parts[1:]:
+            await self.send(part, what)
+        return first
 
     async def send(self, content: str, what: str = "reply") -> Sent | None:
         """Send ``content`` as a new message in this conversation."""

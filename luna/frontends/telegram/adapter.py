@@ -8,7 +8,8 @@ Invariants:
 - Text goes out as HTML rendered from the Markdown (``render``), everything in it escaped.
   Should Telegram still refuse it (400), it is sent again as plain text, so no model output
   can lose a message; a text over 4,096 UTF-16 code units raises ``TooLongError`` before any
-  call (the layer halves it).
+  call (the layer halves it), and so does a long one Telegram refuses even as plain text
+  (its own count said too long: the Bot API says which 400 it is only in words).
 - An edit to the very text a message already shows is not sent (Telegram refuses those).
 - An approval prompt carries an inline keyboard (``luna:yes`` / ``luna:no``); a cut JSON
   preview is followed by the whole text as a document. The answers come back as callback
@@ -83,7 +84,12 @@ class TelegramAdapter:
             if utf16_length(text) > TELEGRAM_LIMIT:
                 raise TooLongError("the plain text is too long") from None
             rendered = plain(text)
-            message = await self._send(chat, rendered)
+            try:
+                message = await self._send(chat, rendered)
+            except RefusedError as e:
+                if utf16_length(text) > TELEGRAM_LIMIT // 2:  # a long text: take it as too
+                    raise TooLongError(str(e)) from e  # long (the layer halves it)
+                raise
         return Sent(chat, str(message.message_id), rendered.html)
 
     async def _edit(self, sent: Sent, rendered: Rendered) -> None:
@@ -110,7 +116,12 @@ class TelegramAdapter:
                 raise
             log_event("telegram_plain_fallback", op="edit")
             rendered = plain(text)
-            await self._edit(sent, rendered)
+            try:
+                await self._edit(sent, rendered)
+            except RefusedError as e:
+                if utf16_length(text) > TELEGRAM_LIMIT // 2:
+                    raise TooLongError(str(e)) from e
+                raise
         return Sent(sent.conversation, sent.message_id, rendered.html)
 
     async def delete(self, sent: Sent) -> None:

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import warnings
 from collections.abc import Awaitable
 from typing import TypeVar
 
 from telegram import error as tg
+from telegram.warnings import PTBDeprecationWarning
 
 from luna.errors import LunaError
 from luna.frontends.channels.contract import ChannelError, RateLimitedError, UnreachableError
@@ -32,7 +34,12 @@ class SetupError(LunaError):
     """The bot cannot run as configured: the token is refused, or another reader holds it."""
 
 
-def seconds(value: int | float | dt.timedelta) -> float:
+def retry_after(error: tg.RetryAfter) -> float:
+    """A flood wait's seconds: an int in python-telegram-bot 22 (with a warning that it will
+    become a timedelta), a timedelta later; both are read."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PTBDeprecationWarning)
+        value = error.retry_after
     return value.total_seconds() if isinstance(value, dt.timedelta) else float(value)
 
 
@@ -41,7 +48,7 @@ async def call(coro: Awaitable[T], deadline: float = CALL_TIMEOUT) -> T:
     try:
         return await asyncio.wait_for(coro, deadline)
     except tg.RetryAfter as e:
-        raise RateLimitedError(seconds(e.retry_after), "Telegram flood control") from e
+        raise RateLimitedError(retry_after(e), "Telegram flood control") from e
     except tg.Forbidden as e:
         raise UnreachableError(f"Telegram 403: {e.message}", status=403) from e
     except tg.BadRequest as e:

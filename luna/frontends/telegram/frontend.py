@@ -21,13 +21,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 from typing import TYPE_CHECKING, Any
 
 from telegram import Bot, CallbackQuery, Update
 from telegram.request import HTTPXRequest
 
 from luna.config import Config
+from luna.config.secrets import telegram_token_problem
 from luna.errors import ConfigError, LunaError
 from luna.frontends.channels.access import Access
 from luna.frontends.channels.channel import Channel, ChannelSettings
@@ -48,17 +48,17 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TOKEN_RE = re.compile(r"\d{1,20}:[A-Za-z0-9_-]{30,}")
 ANSWERS = {"counted": "Done.", "not_owner": "Only the owner can answer this.",
            "unknown": "This question is no longer open."}  # fmt: skip
 
 
 def check(cfg: Config, mode: str = "auto") -> None:
     """A malformed TELEGRAM_TOKEN stops Luna with one line, before any network."""
-    if not TOKEN_RE.fullmatch(cfg.telegram.token):
+    problem = telegram_token_problem(cfg.telegram.token)
+    if problem:
         raise ConfigError(
-            "TELEGRAM_TOKEN is not a Telegram bot token (digits, a colon, then 30 or more "
-            "letters, digits, _ or -); copy it from @BotFather, or unset it"
+            f"TELEGRAM_TOKEN is not a Telegram bot token ({problem}); copy it from "
+            "@BotFather, or unset it"
         )
 
 

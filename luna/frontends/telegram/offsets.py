@@ -94,6 +94,9 @@ class TelegramReceipts:
         self.offsets.saved = max(self.offsets.saved, offset)
 
     async def answered(self, events: Sequence[InboundEvent]) -> None:
+        """The turn ended. Settled now even if its message was never committed (the turn
+        failed before, and the person was told): one failure must not hold the offset."""
+        self.offsets.settle(int(e.message_id) for e in events)
         await self.ledger.answered([e.message_id for e in events])
 
     async def save_if_moved(self) -> None:

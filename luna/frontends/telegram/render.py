@@ -127,7 +127,7 @@ def _block(w: _Writer, t: Token) -> None:
         start = int(t.attrs.get("start", 1) or 1) if kind == "ordered_list_open" else None
         w.lists.append([start])
     elif kind == "list_item_open":
-        numbering = w.lists[-1] if w.lists else [None]
+        numbering: list[int | None] = w.lists[-1] if w.lists else [None]
         number = numbering[0]
         bullet = "•" if number is None else f"{number}."
         if number is not None:

@@ -93,12 +93,13 @@ def event_of(
     if not is_private and allowed_chats and message.chat.id not in allowed_chats:
         return None
     me = bot.bot
+    username = me.username or ""
     thread = message.message_thread_id if message.is_topic_message else None
     chat = Chat(message.chat.id, thread)
-    addressed = is_private or _is_addressed(message, me.id, me.username)
+    addressed = is_private or _is_addressed(message, me.id, username)
     text = message.text or message.caption or ""
     if addressed and not is_private:
-        text = _strip_mention(text, me.username)
+        text = _strip_mention(text, username)
     return InboundEvent(
         message_id=str(update_id),
         author_id=str(author.id),

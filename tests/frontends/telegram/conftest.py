@@ -16,6 +16,9 @@ from luna.config import Config
 from luna.frontends.telegram.frontend import TelegramFrontend
 from luna.llm import LLMClient
 from luna.memory import Memory
+from luna.scheduler.service import SchedulerService
+from luna.scheduler.tool_port import ToolPort
+from luna.tools.builtin import schedule
 from tests.fakes.telegram_server import TOKEN, FakeTelegram
 from tests.frontends.discord.conftest import tools_registry
 
@@ -40,6 +43,7 @@ class Running:
     cfg: Config
     stop: asyncio.Event
     task: asyncio.Task[None]
+    scheduler: SchedulerService | None = None
 
     async def history(self, session_id: str, *, length: int = 0) -> list[tuple[str, str]]:
         """The session's log as (role, content); with ``length``, once it is that long."""
@@ -72,7 +76,9 @@ async def start_luna(
     """Factory: ``await start_luna(telegram={...}, **sections)`` runs the front-end."""
     running: list[tuple[Running, LLMClient]] = []
 
-    async def start(telegram_cfg: dict[str, Any] | None = None, **sections: Any) -> Running:
+    async def start(
+        telegram_cfg: dict[str, Any] | None = None, *, clock: Any = None, **sections: Any
+    ) -> Running:
         data: dict[str, Any] = {"telegram": telegram_section(telegram, **(telegram_cfg or {}))}
         data.setdefault("llm", {"max_retries": 0})
         data.update(sections)
@@ -81,17 +87,23 @@ async def start_luna(
         await memory.open(background=False, use_vectors=False)  # keyword recall: no model load
         llm = LLMClient(cfg.llm)
         agent = Agent(cfg, llm, memory, tools_registry(cfg))
-        scheduler = sections.pop("_scheduler", None)
-        frontend = TelegramFrontend(cfg, agent, memory, scheduler)
+        scheduler = None
+        if clock is not None:  # the scheduler app builds, on a hand-moved clock
+            schedule.register(agent.registry, cfg)
+            scheduler = SchedulerService(cfg, memory, agent, agent.registry, clock=clock)
+            agent.registry.services["scheduler"] = ToolPort(scheduler.api)
+        frontend = TelegramFrontend(cfg, agent, memory, scheduler and scheduler.router)
         stop = asyncio.Event()
         task = asyncio.create_task(frontend.run(stop))
         await telegram.wait_for(lambda: telegram.called("getMe"), within=20)
-        r = Running(frontend, agent, memory, cfg, stop, task)
+        r = Running(frontend, agent, memory, cfg, stop, task, scheduler)
         running.append((r, llm))
         return r
 
     yield start
     for r, llm in running:
+        if r.scheduler is not None:
+            await r.scheduler.stop(grace=0)
         r.stop.set()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(r.task, 30)

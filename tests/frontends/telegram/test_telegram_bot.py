@@ -136,14 +136,17 @@ async def test_telegram_unbalanced_markdown_is_shown_as_typed(
 async def test_telegram_refused_formatting_falls_back_to_plain_text(
     start_luna: Callable[..., Any], telegram: FakeTelegram, llm_server: FakeLLMServer
 ) -> None:
-    await start_luna({"edit_interval": 30})
-    telegram.fault("sendMessage", status=400, times=1,
-                   description="Bad Request: can't parse entities: bad")  # fmt: skip
-    llm_server.script(Reply(content="**Plain** it is."))
+    await start_luna()
+    for method in ("sendMessage", "editMessageText"):  # Telegram refuses every formatted text
+        telegram.fault(method, status=400, times=100, when=lambda p: p.get("parse_mode"),
+                       description="Bad Request: can't parse entities: bad")  # fmt: skip
+    llm_server.script(Reply(content="**Plain** it is, " + "word " * 40, chunk_delay=0.01))
     telegram.message(OWNER, "hello")
-    await telegram.wait_for(lambda: telegram.shown(OWNER))
+    await telegram.wait_for(lambda: telegram.shown(OWNER) and "word" in telegram.shown(OWNER)[0])
+    await asyncio.sleep(0.5)
     (message,) = telegram.bot_messages(OWNER)
-    assert message.parse_mode is None and message.text == "**Plain** it is."
+    assert message.parse_mode is None
+    assert message.text == ("**Plain** it is, " + "word " * 40).strip()
 
 
 async def test_telegram_flood_wait_while_streaming_is_honoured(
@@ -178,3 +181,33 @@ async def test_telegram_blocked_chat_costs_only_that_reply(
 
 async def test_telegram_bot_messages_are_not_from_the_bot_itself(telegram: FakeTelegram) -> None:
     assert BOT_ID not in (OWNER, FRIEND, STRANGER)
+
+
+async def test_telegram_timeouts_cost_no_reply(
+    start_luna: Callable[..., Any], telegram: FakeTelegram, llm_server: FakeLLMServer
+) -> None:
+    await start_luna({"request_timeout": 1.0, "edit_interval": 30})
+    telegram.fault("sendChatAction", stall=3.0, status=500, description="late")
+    telegram.fault("sendMessage", stall=3.0, status=500, description="late")
+    llm_server.script(Reply(content="Made it anyway."))
+    telegram.message(OWNER, "slow network?")
+    await telegram.wait_for(lambda: telegram.shown(OWNER) == ["Made it anyway."])
+    assert len(telegram.called("sendMessage")) == 2  # the first timed out, the final went out
+
+
+async def test_telegram_message_telegram_finds_too_long_is_halved_not_lost(
+    start_luna: Callable[..., Any], telegram: FakeTelegram, llm_server: FakeLLMServer
+) -> None:
+    await start_luna({"edit_interval": 30})
+    too_long = "Bad Request: message is too long"  # Telegram counts otherwise than Luna
+    for method in ("sendMessage", "editMessageText"):
+        telegram.fault(method, status=400, times=100, description=too_long,
+                       when=lambda p: len(p["text"]) > 3000)  # fmt: skip
+    reply = " ".join(f"w{i}" for i in range(800))  # 4,000 characters: fits by Luna's count
+    llm_server.script(Reply(content=reply, chunk_size=4000))
+    telegram.message(OWNER, "long one")
+    await telegram.wait_for(lambda: " ".join(telegram.shown(OWNER)).split() == reply.split())
+    await asyncio.sleep(0.3)
+    parts = telegram.shown(OWNER)
+    assert len(parts) >= 2 and all(len(p) <= 3000 for p in parts)
+    assert " ".join(parts).split() == reply.split()  # whole, once
