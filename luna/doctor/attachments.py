@@ -17,7 +17,7 @@ from luna.agent.images import size_text
 from luna.config import Config
 from luna.doctor.result import CheckResult, fail, in_thread, ok
 
-HASH = re.compile(r"^[0-9a-f]{64}$")
+HASH = re.compile(r"[0-9a-f]{64}\Z")
 
 
 def _pillow() -> CheckResult:
