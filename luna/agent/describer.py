@@ -7,7 +7,9 @@ their search text, full-text and vectors, then names what the image shows). The 
 the same descriptions when it compacts images away.
 
 Invariants:
-- Never on a turn's path: ``note`` only queues and returns; one tracked task works through the
+- Never on a turn's path: ``note`` only queues and returns, and the agent calls ``start`` once
+  the turn has ended, so a description never races the reply for the server (on a one-slot
+  server it would take the slot and the session's cache). One tracked task works through the
   queue, one image at a time, as background work (no session lane: llama-server's background
   slot when slots are pinned).
 - Each image is described at most once: it is skipped when memory has its description, and
@@ -58,11 +60,14 @@ class ImageDescriber:
         self._said_blind = False
 
     def note(self, attachments: Iterable[Attachment]) -> None:
-        """Queue the images not described yet; returns at once."""
+        """Queue the images not described yet; returns at once (``start`` describes them)."""
         for a in images_of(attachments):
             if a.sha256 not in self._seen and len(self._queue) < MAX_QUEUED:
                 self._seen.add(a.sha256)
                 self._queue[a.sha256] = a
+
+    def start(self) -> None:
+        """Describe what is queued, in one background task; returns at once."""
         if self._queue and (self._task is None or self._task.done()):
             self._task = asyncio.create_task(self._work(), name="image-describer")
 

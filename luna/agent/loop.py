@@ -229,6 +229,7 @@ class Agent:
                 error = type(e).__name__
                 log.exception("turn crashed")
                 emit(TurnFailed(f"Internal error ({type(e).__name__}); details are in the log."))
+            self.sight.turn_ended()
             latency = (asyncio.get_running_loop().time() - started) * 1000
             observe.log_event(
                 "turn",

@@ -98,6 +98,11 @@ class Sight:
         await self.look(session_id, files, emit, sight)
         return [as_sent(m, sight.parts) for m in results]
 
+    def turn_ended(self) -> None:
+        """A turn is over: the images it saw may be described now (never during it)."""
+        if self.describer is not None:
+            self.describer.start()
+
     async def aclose(self) -> None:
         if self.describer is not None:
             await self.describer.aclose()

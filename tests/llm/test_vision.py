@@ -159,6 +159,7 @@ async def test_vision_describer_asks_the_real_server_and_stores_what_it_says(
     describer = ImageDescriber(client, memory, images, max_tokens=24)
     try:
         describer.note([photo])
+        describer.start()
         await describer.wait_idle()
         described = await memory.image_descriptions([photo.sha256])
     finally:
