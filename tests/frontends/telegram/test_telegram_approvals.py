@@ -85,7 +85,9 @@ async def test_telegram_reminder_is_delivered_to_the_chat_that_asked(
     )
     clock.advance(3600)
     await luna.scheduler.tick_once()
-    await telegram.wait_for(lambda: len(said(telegram, GROUP["id"])) == 2)
+    await telegram.wait_for(
+        lambda: said(telegram, GROUP["id"])[-1:] == ["⏰ Reminder: water the plants"]
+    )
     reminder = telegram.bot_messages(GROUP["id"])[-1]
     assert reminder.text == "⏰ Reminder: water the plants" and reminder.thread_id == 9
     history = await luna.history(f"tg-{GROUP['id']}-t9")
