@@ -28,13 +28,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import llama_server  # (the sibling script owns Luna's cache root)
+
 # Pinned: the tests assert on these servers' behaviour (tool names, resources, timings).
 PACKAGES = {"@modelcontextprotocol/server-everything": "2026.8.31"}
-
-
-def cache_root() -> Path:
-    base = os.environ.get("LUNA_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME")
-    return Path(base) / "luna" if base else Path.home() / ".cache" / "luna"
 
 
 def _node_major() -> str:
@@ -47,7 +45,7 @@ def _node_major() -> str:
 
 def cache_dir() -> Path:
     key = json.dumps({"packages": PACKAGES, "node": _node_major()}, sort_keys=True)
-    return cache_root() / f"mcp-npm-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+    return llama_server.cache_root() / f"mcp-npm-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
 
 def _complete(folder: Path) -> bool:

@@ -25,17 +25,15 @@ import tempfile
 import venv
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import llama_server  # (the sibling script owns Luna's cache root)
+
 VERSION = "1.163.2"  # matrix-synapse; the tests rely on its admin API and rate-limit overrides
-
-
-def cache_root() -> Path:
-    base = os.environ.get("LUNA_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME")
-    return Path(base) / "luna" if base else Path.home() / ".cache" / "luna"
 
 
 def cache_dir() -> Path:
     py = f"{sys.version_info.major}.{sys.version_info.minor}"
-    return cache_root() / f"synapse-{VERSION}-py{py}"
+    return llama_server.cache_root() / f"synapse-{VERSION}-py{py}"
 
 
 def _works(folder: Path) -> bool:

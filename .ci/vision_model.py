@@ -47,7 +47,7 @@ from importlib import metadata
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import llama_server  # noqa: E402  (the sibling script: sdist download, verification, cache root)
+import llama_server  # (the sibling script: sdist download, verification, cache root)
 
 PROJECTOR_NAME = "mmproj-gemma3-tiny-random.gguf"
 QWEN_PROJECTOR_NAME = "mmproj-qwen3.5-tiny-random.gguf"

@@ -72,6 +72,7 @@ from luna.messages import (
     Usage,
     clean_text,
 )
+from luna.tasks import finish_or_cancel
 from luna.tools.registry import ToolContext
 
 log = logging.getLogger(__name__)
@@ -162,14 +163,8 @@ class Agent:
         """Stop taking turns; wait up to ``deadline`` seconds for running ones, then cancel."""
         self.accepting = False
         await self.sight.aclose()  # image descriptions are background work: they stop first
-        active = list(self._active)
-        if not active:
-            return
-        _done, pending = await asyncio.wait(active, timeout=deadline)
-        for task in pending:
-            task.cancel()
+        pending = await finish_or_cancel(self._active, deadline)
         if pending:
-            await asyncio.wait(pending, timeout=5)
             observe.log_event("turns_cancelled", count=len(pending))
 
     # ---- sessions ---------------------------------------------------------------------

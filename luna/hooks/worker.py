@@ -18,7 +18,6 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import logging
 from typing import Any
@@ -32,6 +31,7 @@ from luna.observe import log_event
 from luna.scheduler.delivery import DeliveryRouter
 from luna.scheduler.execute import asked_tools, denied_note, is_silent
 from luna.scheduler.model import NewDelivery, Target
+from luna.tasks import finish_or_cancel
 
 log = logging.getLogger(__name__)
 
@@ -98,13 +98,7 @@ class HookWorker:
 
     async def wait(self, deadline: float) -> None:
         """Wait up to ``deadline`` seconds for running turns, then cancel what is left."""
-        if not self._tasks:
-            return
-        _, late = await asyncio.wait(set(self._tasks), timeout=deadline)
-        for task in late:
-            task.cancel()
-        with contextlib.suppress(Exception):
-            await asyncio.wait(late, timeout=5)
+        await finish_or_cancel(self._tasks, deadline)
 
     # ---- one event --------------------------------------------------------------------
 

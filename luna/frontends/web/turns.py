@@ -17,7 +17,6 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import logging
 import re
@@ -29,6 +28,7 @@ from typing import Any
 from luna.frontends.web.approvals import ApprovalBroker
 from luna.frontends.web.events import EventHub, event_json
 from luna.messages import Attachment, InboundMessage
+from luna.tasks import finish_or_cancel
 
 log = logging.getLogger(__name__)
 
@@ -196,10 +196,4 @@ class TurnRunner:
 
     async def wait(self, deadline: float) -> None:
         """Wait up to ``deadline`` seconds for running turns, then cancel what is left."""
-        if not self._tasks:
-            return
-        _, late = await asyncio.wait(set(self._tasks), timeout=deadline)
-        for task in late:
-            task.cancel()
-        with contextlib.suppress(Exception):
-            await asyncio.wait(late, timeout=5)
+        await finish_or_cancel(self._tasks, deadline)
