@@ -97,11 +97,13 @@ async def test_telegram_burst_of_thirty_messages_loses_and_repeats_nothing(
     said = "\n".join(content for role, content in history if role == "user")
     assert [f"message {i}" for i in range(30)] == said.split("\n")  # each once, in order
     turns = sum(1 for role, _ in history if role == "user")
-    assert turns == len(llm_server.requests) <= 30
+    assert turns <= 30
     # Every reply's final text (a streamed edit on its way counts as one of them too early).
+    # The last turn may still be on its way to the model when the history is read.
     await telegram.wait_for(
         lambda: len(telegram.shown(OWNER)) == turns and set(telegram.shown(OWNER)) == {"Got it."}
     )
+    assert turns == len(llm_server.requests)  # one model request per merged turn, none repeated
 
 
 async def test_telegram_twenty_thousand_characters_arrive_whole_in_parts(
