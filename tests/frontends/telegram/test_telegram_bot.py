@@ -211,3 +211,14 @@ async def test_telegram_message_telegram_finds_too_long_is_halved_not_lost(
     parts = telegram.shown(OWNER)
     assert len(parts) >= 2 and all(len(p) <= 3000 for p in parts)
     assert " ".join(parts).split() == reply.split()  # whole, once
+
+
+async def test_telegram_unreachable_at_start_is_waited_out(
+    start_luna: Callable[..., Any], telegram: FakeTelegram, llm_server: FakeLLMServer
+) -> None:
+    telegram.fault("getMe", status=502, times=2, description="Bad Gateway")
+    await start_luna()
+    llm_server.script(Reply(content="Up now."))
+    telegram.message(OWNER, "hello?")
+    await telegram.wait_for(lambda: telegram.shown(OWNER) == ["Up now."])
+    assert len(telegram.called("getMe")) == 3
