@@ -1,7 +1,9 @@
 """LoCoMo retrieval benchmark: evidence recall@1/5/10 of Luna's hybrid memory search.
 
 For each LoCoMo conversation: a fresh database, every turn imported as a memory (text
-``Speaker: utterance`` plus the shared photo's caption, external id = the turn's ``dia_id``,
+``Speaker: utterance``, and a shared photo the way Luna indexes an image it has described:
+``[image NAME: description]``, the dataset's BLIP caption as the description; external id = the
+turn's ``dia_id``,
 created_at = its session's date), then every question of categories 1-4 is searched (category 5,
 adversarial, has no answer in the conversation and is left out), asked the day after the last
 session (so "in May" means the last May before it). Recall@k of a question is the share of its
@@ -35,6 +37,8 @@ sys.path.insert(0, str(REPO))
 
 from luna.config import MemoryConfig  # noqa: E402
 from luna.memory import Memory  # noqa: E402
+from luna.memory.storage.session_log import searchable_text  # noqa: E402
+from luna.messages import Attachment  # noqa: E402
 
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "locomo10"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
@@ -57,7 +61,7 @@ def turns(conv: dict, name: str = "") -> list[dict]:
         for turn in conv.get(f"session_{n}") or []:
             text = f"{turn['speaker']}: {turn['text']}"
             if turn.get("blip_caption"):
-                text += f" [shares {turn['blip_caption']}]"
+                text = with_photo(text, turn)
             out.append(
                 {
                     "text": text,
@@ -70,6 +74,15 @@ def turns(conv: dict, name: str = "") -> list[dict]:
             )
         n += 1
     return out
+
+
+def with_photo(text: str, turn: dict) -> str:
+    """A turn's text with its shared photo as Luna indexes an image it has described: the
+    session log's searchable text, with the dataset's BLIP caption as the description."""
+    urls = turn.get("img_url") or []
+    name = urls[0].rsplit("/", 1)[-1].split("?")[0] if urls else "photo.jpg"
+    photo = Attachment("image", "image/jpeg", name, 0, turn["dia_id"])
+    return searchable_text(text, [photo], {photo.sha256: turn["blip_caption"]})
 
 
 def parse_indexes(spec: str) -> set[int]:

@@ -111,7 +111,7 @@ def use_code(path: str | None) -> None:
     The harness modules, imported before, keep the functions they bound from this checkout's
     luna; only the agent under test is the other version.
     """
-    import tests.fakes.scripted_llama  # noqa: F401 - bound to this checkout first
+    import tests.fakes.scripted_llama  # bound to this checkout first
     import tests.real_llama  # noqa: F401
 
     if path is None:

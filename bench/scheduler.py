@@ -65,7 +65,7 @@ def add_tasks(store: Store, first_id: int, n: int, *, due_in: float | None = Non
         )
 
 
-def timed(fn, repeat: int) -> list[float]:  # noqa: ANN001
+def timed(fn, repeat: int) -> list[float]:
     out = []
     for _ in range(repeat):
         t = time.perf_counter()

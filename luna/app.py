@@ -98,7 +98,7 @@ async def build_components(
     mcp = MCPManager(cfg, registry, prelaunched=prelaunched)
     stack.push_async_callback(_with_deadline, mcp.stop, 30.0, "MCP servers")
     await mcp.start()
-    skills = registry.services.get("skills")
+    skills = registry.skills
     if skills is not None:  # parsed while the rest starts; a first head then reads no file
         skills.start_warming()
 
@@ -145,6 +145,10 @@ async def build_components(
         stack.push_async_callback(_with_deadline, librarian.aclose, 15.0, "librarian")
     requests = RequestLog.beside(cfg.memory.db_path)
     stack.callback(requests.close)
+    from luna.agent.image_parts import StoredImages
+    from luna.attachments import AttachmentStore
+
+    attachments = AttachmentStore.for_config(cfg)  # <data>/attachments, by content hash
     agent = Agent(
         cfg,
         llm,
@@ -154,6 +158,7 @@ async def build_components(
         requests,
         background_llm=background,
         subagent_llm=router.view("subagent"),
+        images=StoredImages(attachments.load, attachments.save),
     )
     if embedded:
         agent.tools_enabled = False  # the demo model cannot call tools
@@ -165,7 +170,9 @@ async def build_components(
         await scheduler.start()
         deadline = cfg.agent.shutdown_grace + 15.0
         stack.push_async_callback(_with_deadline, scheduler.stop, deadline, "scheduler")
-    return Components(cfg, agent, memory, llm, registry, mcp, banner, scheduler=scheduler)
+    return Components(
+        cfg, agent, memory, llm, registry, mcp, banner, scheduler=scheduler, attachments=attachments
+    )
 
 
 async def _serve(frontends: list[Frontend], agent: Any, stop: asyncio.Event, grace: float) -> int:

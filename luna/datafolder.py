@@ -35,6 +35,11 @@ def backups_dir(db_path: Path) -> Path:
     return Path(db_path).parent / BACKUPS
 
 
+def matrix_crypto_file(data_dir: Path) -> Path:
+    """The Matrix bot's device keys and sessions (``luna.frontends.matrix.connection``)."""
+    return Path(data_dir) / "matrix" / "crypto.db"
+
+
 def held_file(db_path: Path) -> Path:
     return Path(db_path).parent / HELD_NAME
 

@@ -77,6 +77,10 @@ class MCPError(LunaError):
     """An MCP server failed to start, crashed or timed out."""
 
 
+class MatrixError(LunaError):
+    """The Matrix homeserver failed or refused a request (``luna.frontends.matrix``)."""
+
+
 class MemoryStoreError(LunaError):
     """The session log / memory database or the embedding model failed."""
 

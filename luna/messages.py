@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Frontend = Literal["repl", "discord", "telegram", "web", "cli", "subagent"]
+Frontend = Literal["repl", "discord", "telegram", "matrix", "web", "cli", "subagent"]
 
 
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
@@ -110,6 +110,44 @@ class ToolCall:
         return cls(id=str(data.get("id") or ""), name=str(fn.get("name") or ""), arguments=args)
 
 
+AttachmentKind = Literal["image", "document", "audio", "other"]
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """A file that came with a message, kept in the data folder under its content hash.
+
+    ``mime`` is sniffed from the bytes, never taken from the name or the sender's claim;
+    ``name`` is for display only and never used as a path.
+    """
+
+    kind: AttachmentKind
+    mime: str
+    name: str
+    size: int  # bytes
+    sha256: str  # the stored reference (hex digest of the bytes)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "mime": self.mime,
+            "name": self.name,
+            "size": self.size,
+            "sha256": self.sha256,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Attachment:
+        kind = data.get("kind")
+        return cls(
+            kind=kind if kind in ("image", "document", "audio") else "other",
+            mime=str(data.get("mime") or "application/octet-stream"),
+            name=str(data.get("name") or ""),
+            size=int(data.get("size") or 0),
+            sha256=str(data.get("sha256") or ""),
+        )
+
+
 @dataclass(frozen=True)
 class LoggedMessage:
     """One message as the session log stored it (memory returns these; ``agent.prompt`` turns
@@ -123,6 +161,7 @@ class LoggedMessage:
     name: str | None = None
     context: str | None = None  # a user message's per-turn context (time, recalled memories)
     reasoning: str | None = None  # an assistant message's reasoning, as the model produced it
+    attachments: tuple[Attachment, ...] = ()  # a user's files, or the images a tool returned
 
 
 @dataclass(frozen=True)
@@ -179,24 +218,6 @@ class ToolResult:
 
 # Asks the owner whether a tool may run; returns True to allow. Timeout means deny.
 Approver = Callable[[str, dict[str, Any]], Awaitable[bool]]
-
-
-AttachmentKind = Literal["image", "document", "audio", "other"]
-
-
-@dataclass(frozen=True)
-class Attachment:
-    """A file that came with a message, kept in the data folder under its content hash.
-
-    ``mime`` is sniffed from the bytes, never taken from the name or the sender's claim;
-    ``name`` is for display only and never used as a path.
-    """
-
-    kind: AttachmentKind
-    mime: str
-    name: str
-    size: int  # bytes
-    sha256: str  # the stored reference (hex digest of the bytes)
 
 
 @dataclass(frozen=True)

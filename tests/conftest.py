@@ -7,10 +7,18 @@ Invariants:
   ``llm.endpoint`` is the fake server.
 - ``real_llama`` starts the real C++ llama-server (Gemma 3 270M rendering Qwen3.5's template)
   on loopback, once per (template, ctx, slots) per session, or fresh on request.
+- Every test is marked by what it starts (``pytest_collection_modifyitems``), read from the
+  code of the test function and of every fixture it uses, so a new test is marked without a
+  decorator: ``real_server`` (a real llama-server: the ``real_llama`` fixture, ``RealLlama(``,
+  ``EmbeddedModel(``), ``browser`` (chromium through Playwright: ``browser_page(``) and ``slow``
+  (a child process: Luna itself, ``python -m luna web``, tmux, any ``subprocess``). The fast
+  inner loop is ``pytest -m "not real_server and not browser and not slow"``; CI runs them all.
 """
 
 from __future__ import annotations
 
+import inspect
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +32,8 @@ from tests.real_llama import RealLlama, model_path
 ISOLATED_ENV = (
     "DISCORD_TOKEN",
     "TELEGRAM_TOKEN",
+    "MATRIX_ACCESS_TOKEN",
+    "MATRIX_PASSWORD",
     "LLM_ENDPOINT",
     "LLM_MODEL",
     "LLM_API_KEY",
@@ -36,6 +46,64 @@ ISOLATED_ENV = (
 )
 
 __all__ = ["Reply"]
+
+TESTS = Path(__file__).resolve().parent
+# marker -> what, found in the code a test runs (its function and its fixtures), earns it.
+STARTS = {
+    "real_server": re.compile(r"\breal_llama\b|\bRealLlama\(|\bEmbeddedModel\("),
+    "browser": re.compile(r"\bbrowser_page\("),
+    "slow": re.compile(
+        r"\bsubprocess\.|create_subprocess_(?:exec|shell)\(|\bLunaWebProcess\(|\btmux\b"
+        r"|\bos\.fork\(|\bmultiprocessing\."
+    ),
+}
+
+
+_PARTS: dict[int, tuple[str, list[Any]]] = {}
+
+
+def _source_and_helpers(obj: Any) -> tuple[str, list[Any]]:
+    """``obj``'s source and the functions/classes it names (cached: fixtures are shared)."""
+    if id(obj) not in _PARTS:
+        source, named = "", []
+        try:
+            if Path(inspect.getsourcefile(obj) or "/").is_relative_to(TESTS):
+                source = inspect.getsource(obj)
+                names = getattr(obj, "__globals__", None) or vars(inspect.getmodule(obj) or obj)
+                words = set(re.findall(r"\b[A-Za-z_]\w*\b", source))
+                named = [names[w] for w in words if w in names and callable(names[w])]
+        except (OSError, TypeError):
+            pass
+        _PARTS[id(obj)] = (source, named)
+    return _PARTS[id(obj)]
+
+
+def _code_of(item: pytest.Item) -> str:
+    """The source a test runs: its function, its fixtures, and the helpers they call,
+    transitively (a helper is a function or class defined under tests/ named in the code)."""
+    queue: list[Any] = [getattr(item, "function", None)]
+    fixture_info = getattr(item, "_fixtureinfo", None)  # pytest's own, stable since 3.x
+    for name in getattr(item, "fixturenames", ()):
+        for fixture in fixture_info.name2fixturedefs.get(name, ()) if fixture_info else ():
+            queue.append(fixture.func)
+    seen: set[int] = set()
+    code = []
+    while queue:
+        obj = queue.pop()
+        if id(obj) not in seen:
+            seen.add(id(obj))
+            source, named = _source_and_helpers(obj)
+            code.append(source)
+            queue.extend(named)
+    return "\n".join(code)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        code = _code_of(item)
+        for marker, pattern in STARTS.items():
+            if pattern.search(code):
+                item.add_marker(marker)
 
 
 @pytest.fixture(autouse=True)
@@ -91,11 +159,12 @@ def luna_config(tmp_path: Path, llm_server: FakeLLMServer) -> Callable[..., Conf
 @pytest.fixture(scope="session")
 def real_llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., RealLlama]]:
     """``real_llama(template="stock"|"luna", ctx=8192, slots=1, fresh_server=False,
-    swa_full=False) -> RealLlama``; servers run without --swa-full unless asked (see
-    tests/real_llama.py), and a --swa-full one is never shared."""
+    swa_full=False, vision=False) -> RealLlama``; servers run without --swa-full unless asked
+    (see tests/real_llama.py), and a --swa-full one is never shared; ``vision=True`` adds the
+    tiny vision projector (--mmproj), ``vision="qwen3.5"`` the one with Qwen3.5's geometry."""
     base = tmp_path_factory.mktemp("llama-server")
     model = model_path(base / "models")
-    shared: dict[tuple[str, int, int], RealLlama] = {}
+    shared: dict[tuple[str, int, int, bool | str], RealLlama] = {}
     fresh: list[RealLlama] = []
 
     def get(
@@ -105,12 +174,20 @@ def real_llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..
         *,
         fresh_server: bool = False,
         swa_full: bool = False,
+        vision: bool | str = False,
     ) -> RealLlama:
-        key = (template, ctx, slots)
+        key = (template, ctx, slots, vision)
         if fresh_server or swa_full or key not in shared:
-            log = base / f"llama-{template}-{ctx}-{slots}-{len(fresh)}.log"
+            seeing = f"-vision-{vision}" if vision else ""
+            name = f"{template}-{ctx}-{slots}{seeing}-{len(fresh)}"
             server = RealLlama(
-                model, log, template=template, ctx=ctx, slots=slots, swa_full=swa_full
+                model,
+                base / f"llama-{name}.log",
+                template=template,
+                ctx=ctx,
+                slots=slots,
+                swa_full=swa_full,
+                vision=vision,
             ).start()
             if not (fresh_server or swa_full):
                 shared[key] = server

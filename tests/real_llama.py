@@ -15,7 +15,13 @@ Helpers speak the server's own endpoints: ``render`` (/apply-template), ``tokeni
 ``complete`` (/completion with ``n_predict: 0``: evaluates a prompt into the cache, which is
 how a scripted model's output can be made to sit in the cache exactly as if generated).
 
-Nothing here skips: a missing binary fails with the command that builds it.
+With ``vision=True`` the server also loads a tiny Gemma 3 vision projector with random
+weights (``--mmproj``, built by ``.ci/vision_model.py``): its answers are noise, but its image
+handling, image tokens and cache are the server's own; ``/props`` reports
+``modalities.vision: true``. ``vision="qwen3.5"`` loads one with Qwen3.5's image geometry
+instead, to measure what an image costs the production model in tokens.
+
+Nothing here skips: a missing binary or projector fails with the command that builds it.
 """
 
 from __future__ import annotations
@@ -44,6 +50,34 @@ def model_path(cache: Path) -> Path:
     return ensure_model(cache)
 
 
+PROJECTORS = {
+    "gemma3": "mmproj-gemma3-tiny-random.gguf",
+    "qwen3.5": "mmproj-qwen3.5-tiny-random.gguf",
+}
+
+
+def vision_projector(kind: str = "gemma3") -> Path:
+    """A cached tiny vision projector (``.ci/vision_model.py`` builds them; so does
+    ``.ci/install --dev``): ``gemma3`` pairs with the Gemma model for real, ``qwen3.5`` has
+    the production model's image geometry (for what an image costs in tokens)."""
+    script = REPO / ".ci" / "vision_model.py"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--print-cache"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    projector = Path(proc.stdout.strip()) / PROJECTORS[kind]
+    if not projector.is_file():
+        raise RuntimeError(f"no vision projector at {projector}: run `python3 {script}`")
+    return projector
+
+
+def _kind(vision: bool | str) -> str:
+    return vision if isinstance(vision, str) else "gemma3"
+
+
 class RealLlama:
     """One llama-server process (synchronous start/stop, usable from any event loop)."""
 
@@ -58,6 +92,7 @@ class RealLlama:
         extra: tuple[str, ...] = (),
         cache_ram: int = 0,
         swa_full: bool = False,
+        vision: bool | str = False,
     ) -> None:
         binary = default_binary()
         if not binary.exists():
@@ -75,6 +110,7 @@ class RealLlama:
             *("--jinja", "--chat-template-file", str(self.template)),
             *("--reasoning-format", "deepseek", "--cache-ram", str(cache_ram)),
             *("--cache-reuse", "0", "-t", "2", *(["--swa-full"] if swa_full else []), *extra),
+            *(("--mmproj", str(vision_projector(_kind(vision)))) if vision else ()),
             # Trace level: the log then names every context checkpoint made and restored,
             # which is how a test shows why the server prefilled what it did.
             *("--log-verbosity", "4"),
@@ -153,10 +189,14 @@ class RealLlama:
         r.raise_for_status()
         return r.json()["tokens"]
 
-    def complete(self, prompt: str, slot: int | None = None) -> dict[str, Any]:
+    def complete(
+        self, prompt: str, slot: int | None = None, images: list[str] | None = None
+    ) -> dict[str, Any]:
         """Evaluate ``prompt`` into a slot's cache (``slot``, or the one the server picks);
-        returns the server's timings."""
-        body: dict[str, Any] = {"prompt": prompt, "n_predict": 0, "cache_prompt": True}
+        returns the server's timings. ``images`` (base64, in order) fill the prompt's media
+        markers, as a rendered chat request with image parts has them."""
+        text: Any = {"prompt_string": prompt, "multimodal_data": images} if images else prompt
+        body: dict[str, Any] = {"prompt": text, "n_predict": 0, "cache_prompt": True}
         if slot is not None:
             body["id_slot"] = slot
         r = self.post("/completion", body)

@@ -23,11 +23,21 @@ from typing import Any
 
 from luna.agent.prompt import tool_result
 from luna.llm.wire import valid_arguments
-from luna.messages import AgentEvent, LLMResponse, ToolCall, ToolFinished, ToolStarted
+from luna.messages import (
+    AgentEvent,
+    Attachment,
+    LLMResponse,
+    ToolCall,
+    ToolFinished,
+    ToolMedia,
+    ToolResult,
+    ToolStarted,
+)
 from luna.observe import log_event
 
 RAW_EXCERPT = 300
 Persist = Callable[[dict[str, Any]], Awaitable[None]]
+Keep = Callable[[ToolMedia, str], Awaitable[Attachment | None]]  # stores a tool's image
 
 
 @dataclass(frozen=True)
@@ -85,28 +95,40 @@ def refusal_text(vetted: VettedCall) -> str:
 
 async def run_round(
     round_: Round,
-    *,
     execute: Callable[[ToolCall], Awaitable[Any]],
     emit: Callable[[AgentEvent], None],
     persist: Persist | None,
+    *,
+    keep: Keep | None = None,
 ) -> list[dict[str, Any]]:
-    """Run the runnable calls in order; returns the tool-result messages for the prompt."""
+    """Run the runnable calls in order; returns the tool-result messages as logged (a
+    result's images, stored through ``keep``, as its ``attachments``)."""
     results = []
     loop = asyncio.get_running_loop()
     for n, item in enumerate(round_.calls, 1):
         call = item.call
         emit(ToolStarted(call.id, call.name, item.raw_arguments or call.arguments))
         started = loop.time()
+        kept: list[Attachment] = []
         if item.problem is not None:
             log_event("tool_call_refused", tool=call.name, reason=item.problem)
             content, is_error = refusal_text(item), True
         else:
             result = await execute(call)
             content, is_error = result.content, result.is_error
+            media = result.media if isinstance(result, ToolResult) else ()
+            images = [m for m in media if m.kind == "image"]
+            for i, image in enumerate(images, 1):
+                name = f"{call.name}-{i}.{image.mime.rpartition('/')[2] or 'img'}"
+                stored = await keep(image, name) if keep is not None else None
+                if stored is not None:
+                    kept.append(stored)
+                else:
+                    content += f"\n[{name} ({image.mime}) could not be shown]"
         emit(ToolFinished(call.id, call.name, is_error, loop.time() - started, content[:200]))
         if round_.dropped and n == len(round_.calls):
             content += dropped_note(round_)
-        message = tool_result(call.id, content)
+        message = tool_result(call.id, content, kept)
         if persist is not None:
             await persist(message)
         results.append(message)

@@ -3,7 +3,8 @@
 Invariants:
 - A request is checked against the smaller of ``llm.context_tokens`` and the server's own
   per-slot context (llama-server's ``/props``), keeping room for the reply. The token count is
-  estimated from the characters, at the chars-per-token ratio the server's last usage showed.
+  estimated from the characters, at the chars-per-token ratio the server's last usage showed;
+  an image counts as ``IMAGE_CHARS`` characters, never as its base64.
 - Shrinking never touches the session log: it changes only what this request carries. Oversized
   tool results become their saved-file reference first; then whole old turns go, oldest first
   (a turn at a time, so no tool call loses its result); the newest user message always stays.
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from luna.agent.prompt import turn_start
+from luna.llm.vision import for_sizing
 from luna.messages import Usage
 
 DEFAULT_CHARS_PER_TOKEN = 3.0  # JSON and code tokenize densely: guess low, so we trim early
@@ -32,7 +34,8 @@ _SAVED_FOOTER = re.compile(r"\n\[large output of [^\n]*saved to [^\n]*\]\s*(?:</
 
 
 def request_chars(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> int:
-    return len(json.dumps(messages, ensure_ascii=False)) + len(json.dumps(tools or []))
+    sized = for_sizing(messages)
+    return len(json.dumps(sized, ensure_ascii=False)) + len(json.dumps(tools or []))
 
 
 @dataclass
@@ -111,12 +114,14 @@ class ContextFit:
 
 
 def _chars(message: dict[str, Any]) -> int:
-    return len(json.dumps(message, ensure_ascii=False)) + 2  # ", " between list items
+    return len(json.dumps(for_sizing([message])[0], ensure_ascii=False)) + 2  # ", " between
 
 
 def _shrink_result(message: dict[str, Any], head: int = HEAD_CHARS) -> int:
     """Cut one oversized tool result in place to its saved-file reference or its head."""
-    content = str(message.get("content") or "")
+    content = message.get("content") or ""
+    if not isinstance(content, str):  # text and images: small text, images sized as tokens
+        return 0
     if len(content) <= BIG_RESULT_CHARS and head == HEAD_CHARS:
         return 0
     if len(content) <= head * 2:

@@ -80,7 +80,7 @@ class SessionHeads:
         return _head(kept, [])
 
     async def _skills_index(self) -> list[dict[str, str]]:
-        library = self.registry.services.get("skills")
+        library = self.registry.skills
         if library is None:
             return []
         catalog = await library.catalog()

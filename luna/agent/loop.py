@@ -18,6 +18,9 @@ Invariants:
 - Tool failures of any kind become results the model reads; only LLM failures end a turn, as
   one short line for the user (TurnFailed) and a traceback in the log.
 - Nothing blocking runs here: memory and tools do their own thread hand-off.
+- A message's images (a user's attachments, a tool's images) are logged with it and go to the
+  model as ``luna.agent.sight`` decides: image parts when its server can see, lines otherwise,
+  the same way in every later request.
 - A model that is silent (no text, reasoning, progress or status) for ``WAITING_NOTICE``
   seconds, or half its ``llm.first_byte_timeout`` when that is shorter, gets one Status line
   saying Luna is waiting and how long it will: the user is never left without a word.
@@ -36,21 +39,25 @@ from typing import Any
 
 from luna import observe
 from luna.agent.calls import run_round, vet_calls
+from luna.agent.describer import ImageDescriber
 from luna.agent.fit import ContextFit
 from luna.agent.head import Head, SessionHeads
 from luna.agent.prompt import (
+    as_sent,
     assistant_message,
     attach_context,
     build_messages,
     history_messages,
     render_context,
+    user_message,
 )
+from luna.agent.recorder import request_recorder
 from luna.agent.recovery import ModelCall
+from luna.agent.sight import ImageSource, Sight, TurnSight
 from luna.agent.subagent import WRAP_UP_NOTE, TurnBudget, run_subagent
 from luna.config import Config
 from luna.config.timezone import zone_for
 from luna.errors import DatabaseBusyError, DatabaseCorruptError, LLMError, LunaError
-from luna.llm.client import RequestRecorder
 from luna.llm.stream import Progress
 from luna.memory import format_recall
 from luna.memory.storage.request_log import RequestLog
@@ -103,6 +110,7 @@ class Agent:
         *,
         background_llm: Any | None = None,
         subagent_llm: Any | None = None,
+        images: ImageSource | None = None,
     ) -> None:
         self.cfg = cfg
         self.llm = llm  # the chat role: the main loop
@@ -113,6 +121,8 @@ class Agent:
         self.registry = registry
         self.librarian = librarian
         self.requests = requests  # what was sent, for `luna doctor cache` and `luna replay`
+        describer = ImageDescriber(self.background_llm, memory, images) if images else None
+        self.sight = Sight(llm, images, describer)  # images by content hash; None: lines
         self.fit = ContextFit(cfg.llm.context_tokens, cfg.llm.max_tokens)
         self.heads = SessionHeads(memory, registry)
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}  # session -> (lock, turns using it)
@@ -163,6 +173,7 @@ class Agent:
     async def drain(self, deadline: float) -> None:
         """Stop taking turns; wait up to ``deadline`` seconds for running ones, then cancel."""
         self.accepting = False
+        await self.sight.aclose()  # image descriptions are background work: they stop first
         active = list(self._active)
         if not active:
             return
@@ -226,7 +237,7 @@ class Agent:
             except asyncio.CancelledError:
                 observe.log_event("turn", cancelled=True)
                 raise
-            except Exception as e:  # noqa: BLE001 - a bug must not kill the daemon
+            except Exception as e:  # a bug must not kill the daemon
                 error = type(e).__name__
                 log.exception("turn crashed")
                 emit(TurnFailed(f"Internal error ({type(e).__name__}); details are in the log."))
@@ -241,7 +252,7 @@ class Agent:
 
     async def _prompt(
         self, msg: InboundMessage, emit: Callable[[AgentEvent], None]
-    ) -> tuple[list[dict[str, Any]], Head]:
+    ) -> tuple[list[dict[str, Any]], Head, TurnSight]:
         """Log the user's message (durable first), then build the request around it.
 
         Recall only reads (and leaves this message out anyway), so it runs while the message's
@@ -259,39 +270,42 @@ class Agent:
             heading.cancel()
         stored = next((r for r in records if r.id == message_id), None)
         records = [r for r in records if r.id != message_id]  # it goes last, with its context
-        text = msg.text
+        text, attachments = msg.text, tuple(msg.attachments)
         if msg.stored_id is not None and stored is not None:  # as the dead process stored it
-            text, context = stored.content, stored.context
+            text, attachments, context = stored.content, tuple(stored.attachments), stored.context
         else:
             context = None
         if context is None:
             context = render_context(_now(self.cfg.agent.timezone), block)
             await self.memory.set_context(message_id, context)
-        user_message = {"role": "user", "content": attach_context(text, context)}
-        history = history_messages(records, reasoning=self.cfg.llm.history_reasoning)
+        files = [*(a for r in records for a in r.attachments), *attachments]
+        sight = await self.sight.look(msg.session_id, files, emit)
+        logged = user_message(text, attachments)
+        new = as_sent({**logged, "content": attach_context(text, context)}, sight.parts)
+        reasoning = self.cfg.llm.history_reasoning
+        history = history_messages(records, reasoning=reasoning, parts=sight.parts)
         skills = head.skills if msg.allow_tools else []  # skills are for those with tool rights
         prompt = self.cfg.agent.system_prompt
-        return build_messages(prompt, summary, history, user_message, skills), head
+        return build_messages(prompt, summary, history, new, skills), head, sight
 
     async def _store_user_message(self, msg: InboundMessage) -> int:
         """Commit the user's message (unless a turn the process died in already did), then
         tell the front-end it is stored (``on_stored``)."""
         if msg.stored_id is not None:
             return msg.stored_id
-        message_id = await self.memory.append_message(
-            msg.session_id, {"role": "user", "content": msg.text}, scope=msg.scope
-        )
+        logged = user_message(msg.text, msg.attachments)
+        message_id = await self.memory.append_message(msg.session_id, logged, scope=msg.scope)
         if msg.on_stored is not None:
             try:
                 await msg.on_stored(message_id)
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001 - the front-end's bookkeeping must not end the turn
+            except Exception:  # the front-end's bookkeeping must not end the turn
                 log.exception("the front-end failed to note a stored message")
         return message_id
 
     async def _turn(self, msg: InboundMessage, emit: Callable[[AgentEvent], None]) -> int:
-        messages, declared = await self._prompt(msg, emit)
+        messages, declared, sight = await self._prompt(msg, emit)
         budget = TurnBudget(self.cfg.agent.max_rounds)
         tools, allowed = self._offered_tools(msg, declared)
         ctx = self._tool_context(msg, budget, depth=0, allowed=allowed, declared=declared.names)
@@ -320,6 +334,7 @@ class Agent:
                 reply, kept = self._final_reply(resp, at_limit, emit)
                 stored = assistant_message(kept, [], resp.reasoning if keep_reasoning else "")
                 await persist(stored, resp.usage)
+                reply = sight.told(reply, emit)
                 emit(TurnDone(reply, rounds, usage, finish_reason=resp.finish_reason))
                 break
             budget.take()
@@ -330,11 +345,10 @@ class Agent:
             # The call is logged before it runs and each result as it arrives: an interrupted
             # round still shows what ran (the prompt fills a missing result with a placeholder).
             await persist(assistant, resp.usage)
-            results = await run_round(
-                vetted, execute=lambda c: self.registry.execute(c, ctx), emit=emit, persist=persist
-            )
+            execute = lambda c: self.registry.execute(c, ctx)  # noqa: E731
+            results = await run_round(vetted, execute, emit, persist, keep=self.sight.keep)
             messages.append(assistant)
-            messages.extend(results)
+            messages.extend(await self.sight.results(results, sight, msg.session_id, emit))
         if self.librarian is not None:
             self.librarian.maybe_schedule(
                 msg.session_id,
@@ -416,7 +430,7 @@ class Agent:
                 on_reasoning=on_reasoning,
                 on_status=on_status,
                 on_progress=on_progress,
-                record=self._recorder(session_id),
+                record=request_recorder(self.requests, session_id),
                 lane=session_id,
             )
         finally:
@@ -439,29 +453,6 @@ class Agent:
                     f"{llm.timeout:g} s in all)"
                 )
             )
-
-    def _recorder(self, session_id: str) -> RequestRecorder | None:
-        log_ = self.requests
-        if log_ is None:
-            return None
-        turn_id = observe.turn_id_var.get()
-
-        async def record(
-            body: dict[str, Any], response: LLMResponse | None, error: LLMError | None
-        ) -> None:
-            reply = None
-            if response is not None:
-                reply = {
-                    "content": response.content,
-                    "reasoning_content": response.reasoning,
-                    "tool_calls": [c.to_wire() for c in response.tool_calls],
-                    "finish_reason": response.finish_reason,
-                }
-            usage = response.usage if response is not None else None
-            err = str(error) if error is not None else None
-            await asyncio.to_thread(log_.record, session_id, turn_id, body, reply, usage, err)
-
-        return record
 
     async def _recall_block(self, msg: InboundMessage) -> str:
         # Memory leaves out this session's messages still in the prompt (this one included);

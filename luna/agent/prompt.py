@@ -10,6 +10,8 @@ Invariants:
   message carries its reasoning back (``llm.history_reasoning``), so each request repeats what
   the server already holds and only appends.
 - Per-turn context goes at the end, attached to the newest user message.
+- A message's images are rendered by ``luna.agent.images`` the same way in the turn they
+  arrive and in every later request (image parts for a model that can see, lines otherwise).
 - This module is the one owner of tool-call/result pairing: every assistant tool call is
   followed by exactly one result with its id; calls that lost their result (a crash mid-round)
   get a placeholder, orphaned results are dropped, so the server never rejects the history.
@@ -22,7 +24,8 @@ import json
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from luna.messages import LoggedMessage, ToolCall
+from luna.agent.images import NO_PARTS, ImageParts, with_attachments
+from luna.messages import Attachment, LoggedMessage, ToolCall
 
 SUMMARY_HEADER = (
     "Summary of the earlier conversation in this session (older messages were compacted):"
@@ -85,16 +88,43 @@ def assistant_message(
     return message
 
 
-def tool_result(call_id: str, content: str) -> dict[str, Any]:
-    return {"role": "tool", "tool_call_id": call_id, "content": content}
+def tool_result(
+    call_id: str, content: str, attachments: Sequence[Attachment] = ()
+) -> dict[str, Any]:
+    """A tool result as it is logged (its images as ``attachments``, ``Attachment.to_json``)."""
+    message: dict[str, Any] = {"role": "tool", "tool_call_id": call_id, "content": content}
+    if attachments:
+        message["attachments"] = [a.to_json() for a in attachments]
+    return message
+
+
+def user_message(text: str, attachments: Sequence[Attachment] = ()) -> dict[str, Any]:
+    """A user's message as it is logged (its files as ``attachments``)."""
+    message: dict[str, Any] = {"role": "user", "content": text}
+    if attachments:
+        message["attachments"] = [a.to_json() for a in attachments]
+    return message
+
+
+def as_sent(message: dict[str, Any], parts: ImageParts) -> dict[str, Any]:
+    """A message as it is logged -> as the model gets it (images rendered, as in history)."""
+    stored = message.get("attachments")
+    if stored is None:
+        return message
+    wire = {k: v for k, v in message.items() if k != "attachments"}
+    return with_attachments(wire, [Attachment.from_json(a) for a in stored], parts)
 
 
 def history_messages(
-    records: Sequence[LoggedMessage], *, reasoning: ReasoningPolicy
+    records: Sequence[LoggedMessage],
+    *,
+    reasoning: ReasoningPolicy,
+    parts: ImageParts = NO_PARTS,
 ) -> list[dict[str, Any]]:
     """Logged messages as the model sees them again: context attached, reasoning per policy,
-    every tool call paired with its result. ``turn`` and ``drop`` both leave reasoning out of
-    earlier turns (what the stock Qwen3.5 template does to them anyway)."""
+    images as ``parts`` has them (``luna.agent.images``), every tool call paired with its
+    result. ``turn`` and ``drop`` both leave reasoning out of earlier turns (what the stock
+    Qwen3.5 template does to them anyway)."""
     out: list[dict[str, Any]] = []
     for r in records:
         if r.role == "system":
@@ -111,6 +141,8 @@ def history_messages(
             message["tool_call_id"] = r.tool_call_id or ""
             if r.name:
                 message["name"] = r.name
+        if r.attachments:
+            message = with_attachments(message, r.attachments, parts)
         out.append(message)
     return repair_tool_pairs(out)
 

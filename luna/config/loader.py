@@ -3,10 +3,10 @@
 Invariants:
 - This is the only module that reads ``os.environ`` for settings (``NO_COLOR`` included: it
   becomes ``Config.no_color``).
-- Secrets (``discord.token``, ``telegram.token``, ``llm.api_key``, ``web.token``, the
-  embedding endpoint's key named by ``memory.embedding_endpoint_key_env``) come from the
-  environment only; a config file that sets one is refused with a message saying which
-  variable to set instead.
+- Secrets (``discord.token``, ``telegram.token``, ``llm.api_key``, ``web.token``,
+  ``matrix.access_token``, ``matrix.password``, the embedding endpoint's key named by
+  ``memory.embedding_endpoint_key_env``) come from the environment only; a config file that
+  sets one is refused with a message saying which variable to set instead.
 - Relative paths resolve against the folder of the config file (or the current folder when
   there is none), so ``data/luna.db`` means the same thing wherever Luna is started from.
 - ``memory.model_cache`` left unset is the machine's cache of prepared embedding models,
@@ -47,6 +47,8 @@ ENV_OVERRIDES = {
     "LUNA_MCP_SERVERS": "mcp.servers_file",
     "LUNA_OUTPUTS_DIR": "tools.outputs_dir",
     "LUNA_WEB_TOKEN": "web.token",
+    "MATRIX_ACCESS_TOKEN": "matrix.access_token",
+    "MATRIX_PASSWORD": "matrix.password",
 }
 
 
@@ -367,8 +369,9 @@ def mask_secret(value: str) -> str:
 
 def secret_values(cfg: Config) -> list[str]:
     """Secret strings that must never reach a log line, a tool or the model."""
-    secrets = (cfg.llm.api_key, cfg.discord.token, cfg.telegram.token, cfg.web.token)
-    return [v for v in (*secrets, *cfg.extra_secrets) if v]
+    values = (cfg.llm.api_key, cfg.discord.token, cfg.telegram.token, cfg.web.token)
+    matrix = (cfg.matrix.access_token, cfg.matrix.password)
+    return [v for v in (*values, *cfg.extra_secrets, *matrix) if v]
 
 
 def is_llm_endpoint_explicit(cfg: Config) -> bool:

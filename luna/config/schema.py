@@ -4,9 +4,10 @@ Invariants:
 - Every key has a default, so Luna runs with no config file at all; config.toml documents each.
 - Every numeric key has bounds (checked at load and by ``config set``); floats must be finite.
 - Field names are the TOML keys; a section model refuses unknown keys.
-- Secrets (``llm.api_key``, ``discord.token``, ``telegram.token``, ``web.token``, each
-  hook's ``secret``) are plain fields filled from the environment only (the loader refuses
-  them in a file) and never appear in ``repr``.
+- Secrets (``llm.api_key``, ``discord.token``, ``telegram.token``, ``web.token``,
+  ``matrix.access_token`` and ``matrix.password``, each hook's ``secret``) are plain fields
+  filled from the environment only (the loader refuses them in a file) and never appear in
+  ``repr``.
 - Paths are stored as given here; the loader makes them absolute against the config's folder.
 """
 
@@ -241,6 +242,31 @@ class DiscordConfig(Section):
     max_attachment_bytes: Annotated[int, Field(ge=0, le=25_000_000)] = 100_000
 
 
+MXID_PATTERN = r"@[^:\s]+:[^\s]+"
+MatrixUser = Annotated[str, Field(pattern=MXID_PATTERN)]
+MatrixTrust = Literal["cross-signed", "unverified"]
+
+
+class MatrixConfig(Section):
+    """The Matrix front-end (``luna.frontends.matrix``); on when ``homeserver`` and a login
+    (MATRIX_ACCESS_TOKEN or MATRIX_PASSWORD) are set."""
+
+    homeserver: str = ""  # e.g. https://matrix.example.org (the client-server API's base URL)
+    user_id: Annotated[str, Field(pattern=f"^(|{MXID_PATTERN})$")] = ""  # the bot's account
+    access_token: str = Field("", repr=False)  # secret: MATRIX_ACCESS_TOKEN only
+    password: str = Field("", repr=False)  # secret: MATRIX_PASSWORD only
+    device_name: NonEmpty = "Luna"
+    owner: Annotated[str, Field(pattern=f"^(|{MXID_PATTERN})$")] = ""
+    allowed_users: list[MatrixUser] = Field(default_factory=list)
+    # Which devices get Luna's room keys, and whose encrypted messages count as the owner's or
+    # an allowed user's: "cross-signed" (signed by their account's cross-signing key, trusted
+    # on first use) or "unverified" (any device the homeserver lists).
+    trust: MatrixTrust = "cross-signed"
+    edit_interval: Annotated[float, Field(ge=0.2, le=60)] = 1.5
+    max_attachment_bytes: Annotated[int, Field(ge=0, le=100_000_000)] = 10_000_000
+    request_timeout: Annotated[float, Field(ge=1, le=600)] = 30.0
+
+
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
 
 
@@ -340,6 +366,12 @@ class SkillsConfig(Section):
     paths: list[Path] = Field(default_factory=list)
 
 
+class AttachmentsConfig(Section):
+    # Longest side of an image as the model gets it (1024×768 costs 770 tokens on Qwen3.5).
+    image_max_side: Annotated[int, Field(ge=64, le=8192)] = 1024
+    max_file_mb: Annotated[float, Field(gt=0, le=1024)] = 20.0
+
+
 class Config(BaseModel):
     """The whole configuration: one frozen section per TOML table, plus where it came from."""
 
@@ -351,11 +383,13 @@ class Config(BaseModel):
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     discord: DiscordConfig = Field(default_factory=DiscordConfig)
     telegram: TelegramConfig = Field(default_factory=TelegramConfig)
+    matrix: MatrixConfig = Field(default_factory=MatrixConfig)
     observe: ObserveConfig = Field(default_factory=ObserveConfig)
     mcp: MCPConfig = Field(default_factory=MCPConfig)
     web: WebConfig = Field(default_factory=WebConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     skills: SkillsConfig = Field(default_factory=SkillsConfig)
+    attachments: AttachmentsConfig = Field(default_factory=AttachmentsConfig)
     # Webhooks, by name: the [hooks.NAME] tables (luna.config.hooks; not in SECTIONS).
     hooks: dict[str, HookConfig] = Field(default_factory=dict)
     # Where the config came from and where each value came from (key path -> source).
@@ -380,11 +414,13 @@ SECTIONS: dict[str, type[Section]] = {
     "tools": ToolsConfig,
     "discord": DiscordConfig,
     "telegram": TelegramConfig,
+    "matrix": MatrixConfig,
     "observe": ObserveConfig,
     "mcp": MCPConfig,
     "web": WebConfig,
     "scheduler": SchedulerConfig,
     "skills": SkillsConfig,
+    "attachments": AttachmentsConfig,
 }
 
 SECRET_KEYS = {
@@ -392,5 +428,7 @@ SECRET_KEYS = {
     "discord.token": "DISCORD_TOKEN",
     "telegram.token": "TELEGRAM_TOKEN",
     "web.token": "LUNA_WEB_TOKEN",
+    "matrix.access_token": "MATRIX_ACCESS_TOKEN",
+    "matrix.password": "MATRIX_PASSWORD",
     "memory.embedding_endpoint_key": "the variable memory.embedding_endpoint_key_env names",
 }

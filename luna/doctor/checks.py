@@ -7,7 +7,8 @@ torch, and why) and which recall mode served recent turns (from the event log); 
 sqlite-vec; the database (quick_check, a lost file, the running Luna, backups, held messages);
 schema version; bubblewrap; each MCP server starts and lists tools; Discord token
 shape; free disk for the data folder; the web front-end's bind address, token and proxy
-(``doctor/web.py``); each webhook's secret, target and template (``doctor/hooks.py``).
+(``doctor/web.py``); each webhook's secret, target and template (``doctor/hooks.py``);
+Pillow and the attachments folder (``doctor/attachments.py``).
 
 Invariants:
 - Exit code 1 when any *essential* check fails, else 0; degraded checks (⚠) never fail the run.
@@ -36,10 +37,12 @@ from typing import Any
 
 from luna.config import Config
 from luna.config.secrets import discord_bot_id, discord_token_problem
+from luna.doctor.attachments import check_attachments
 from luna.doctor.database import check_database, check_schema, check_sqlite
 from luna.doctor.embedding import check_embedding_endpoint, prepared_model_result
 from luna.doctor.hooks import check_hooks
 from luna.doctor.llm import check_llm
+from luna.doctor.matrix import check_matrix
 from luna.doctor.result import (
     CheckResult,
     can_print_unicode,
@@ -66,9 +69,11 @@ GROUP_TIMEOUTS = {
     "mcp": 120.0,
     "discord": 5.0,
     "telegram": 10.0,
+    "matrix": 15.0,
     "disk": 10.0,
     "web": 10.0,
     "hooks": 10.0,
+    "attachments": 30.0,
 }
 DISK_FAIL_BYTES = 200 * 1024**2
 DISK_WARN_BYTES = 2 * 1024**3
@@ -163,7 +168,7 @@ async def check_embeddings(cfg: Config) -> list[CheckResult]:
 async def _check_encoding(cfg: Config) -> list[CheckResult]:
     try:
         detail, as_configured = await in_thread(_encode_probe, cfg)
-    except Exception as e:  # noqa: BLE001 - any failure is the answer we report
+    except Exception as e:  # any failure is the answer we report
         return [
             fail(
                 "embeddings",
@@ -313,10 +318,12 @@ CHECKS: list[tuple[str, Check]] = [
     ("mcp", check_mcp),
     ("discord", check_discord),
     ("telegram", check_telegram),
+    ("matrix", check_matrix),
     ("disk", check_disk),
     ("web", check_web),
     ("hooks", check_hooks),
     ("skills", check_skills),
+    ("attachments", check_attachments),
 ]
 
 
@@ -325,7 +332,7 @@ async def _guarded(group: str, check: Check, cfg: Config, limit: float) -> list[
         return await asyncio.wait_for(check(cfg), timeout=limit)
     except TimeoutError:
         return [fail(group, f"check timed out after {limit:.0f} s", "see the log for details")]
-    except Exception as e:  # noqa: BLE001 - a crashing check is reported, the others go on
+    except Exception as e:  # a crashing check is reported, the others go on
         return [
             fail(
                 group,

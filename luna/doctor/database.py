@@ -182,7 +182,7 @@ def _schema_state(cfg: Config) -> CheckResult:
 async def check_schema(cfg: Config) -> list[CheckResult]:
     try:
         return [await in_thread(_schema_state, cfg)]
-    except Exception as e:  # noqa: BLE001 - a broken database is the finding
+    except Exception as e:  # a broken database is the finding
         return [
             fail(
                 "schema",

@@ -1,4 +1,5 @@
-"""Doctor's LLM checks: endpoint reachable, model alias, context size, tool calls, reasoning.
+"""Doctor's LLM checks: endpoint reachable, model alias, context size, vision, tool calls,
+reasoning.
 
 Invariant: these speak raw HTTP (httpx), not LLMClient: the client repairs tool calls written
 as text and strips ``<think>`` markup, which would hide exactly the server misconfigurations
@@ -14,6 +15,8 @@ import httpx
 
 from luna.config import Config, is_llm_endpoint_explicit
 from luna.doctor.result import CheckResult, fail, ok, skipped
+from luna.llm.server_info import ServerInfo
+from luna.llm.vision import VISION_HINT
 
 LLM_PROBE_TIMEOUT = 120.0  # a real 35B model may think a while before calling the tool
 FIX_LLM_START = (
@@ -71,7 +74,15 @@ async def check_server(cfg: Config) -> list[CheckResult]:
     endpoint = cfg.llm.endpoint.rstrip("/")
     headers = {"Authorization": f"Bearer {cfg.llm.api_key}"} if cfg.llm.api_key else {}
     timeout = httpx.Timeout(30.0, connect=cfg.llm.connect_timeout)
-    names = ("model alias", "context size", "slots", "history reasoning", "tool calls", "reasoning")
+    names = (
+        "model alias",
+        "context size",
+        "slots",
+        "history reasoning",
+        "vision",
+        "tool calls",
+        "reasoning",
+    )
     results: list[CheckResult] = []
     async with httpx.AsyncClient(headers=headers, timeout=timeout) as client:
         # Reachable + model alias.
@@ -123,6 +134,7 @@ async def check_server(cfg: Config) -> list[CheckResult]:
         results.append(_check_context(props, cfg))
         results.append(_check_slots(props, cfg))
         results.append(_check_template(props, cfg))
+        results.append(_check_vision(props))
         results += await _check_probes(client, cfg, endpoint, props)
     return results
 
@@ -175,6 +187,21 @@ def _check_template(props: dict[str, Any] | None, cfg: Config) -> CheckResult:
         "turn prefills the previous one again (see `luna doctor cache SESSION`)",
         "run llama-server with --chat-template-file luna/llm/templates/qwen3.5-luna.jinja "
         "(worker-agent.service does), or `luna config set llm.history_reasoning turn`",
+        essential=False,
+    )
+
+
+def _check_vision(props: dict[str, Any] | None) -> CheckResult:
+    """Can the server see images (llama-server started with --mmproj)?"""
+    if props is None:
+        return skipped("vision", "not a llama-server (no /props): images are sent as one line")
+    if ServerInfo.from_props(props).has_vision:
+        return ok("vision", "yes: images go to the model (modalities.vision)")
+    return fail(
+        "vision",
+        "no: this server is text-only, so the model gets one line per image (name and size) "
+        "instead of the image",
+        VISION_HINT,
         essential=False,
     )
 

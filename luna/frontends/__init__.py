@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -27,13 +28,8 @@ MODULES = {
     "repl": "luna.frontends.repl",
     "discord": "luna.frontends.discord.bot",
     "telegram": "luna.frontends.telegram.frontend",
+    "matrix": "luna.frontends.matrix.frontend",
     "web": "luna.frontends.web",
-}
-
-# The chat apps, and the setting that turns each on.
-CHAT_TOKENS = {
-    "discord": lambda cfg: cfg.discord.token,
-    "telegram": lambda cfg: cfg.telegram.token,
 }
 
 
@@ -49,6 +45,7 @@ class Components:
     mcp: Any
     banner: str = ""
     scheduler: Any = None  # luna.scheduler.service.SchedulerService, or None when disabled
+    attachments: Any = None  # luna.attachments.AttachmentStore (files sent with a message)
 
 
 class Frontend(Protocol):
@@ -59,15 +56,29 @@ class Frontend(Protocol):
 
 
 def chosen(cfg: Config, mode: str) -> list[str]:
-    """The front-ends to run: ``repl`` on request, else the chat apps whose token is set
-    (Discord, Telegram; the REPL when none is); plus ``web`` next to them when ``[web]
-    enabled``. Mode ``web`` runs the web front-end alone (a service without chat apps, where
-    no terminal is attached)."""
+    """The front-ends to run: ``repl`` on request, else the chat apps that are set up
+    (Discord and Telegram by their token, Matrix by a homeserver and a login; the REPL when
+    none is); plus ``web`` next to them when ``[web] enabled``. Mode ``web`` runs the web
+    front-end alone (a service without chat apps, where no terminal is attached)."""
     if mode == "web":
         return ["web"]
-    chats = [name for name, token in CHAT_TOKENS.items() if token(cfg)]
+    chats = [name for name, is_set_up in CHAT_APPS.items() if is_set_up(cfg)]
     names = ["repl"] if mode == "repl" or not chats else chats
     return [*names, "web"] if cfg.web.enabled else names
+
+
+def matrix_configured(cfg: Config) -> bool:
+    """A homeserver and a login: Luna runs the Matrix front-end."""
+    m = cfg.matrix
+    return bool(m.homeserver and (m.access_token or m.password))
+
+
+# The chat apps, and what turns each on.
+CHAT_APPS: dict[str, Callable[[Config], object]] = {
+    "discord": lambda cfg: cfg.discord.token,
+    "telegram": lambda cfg: cfg.telegram.token,
+    "matrix": matrix_configured,
+}
 
 
 def check(names: list[str], cfg: Config, mode: str = "auto") -> None:

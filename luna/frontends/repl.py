@@ -30,9 +30,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from luna.attachments import AttachmentStore
 from luna.errors import LunaError
+from luna.frontends.attach import attach_path
 from luna.frontends.terminal import Palette, neutralize
 from luna.messages import (
+    Attachment,
     InboundMessage,
     ReasoningDelta,
     Status,
@@ -52,6 +55,7 @@ HELP = """Commands:
   /remember TEXT     store a memory
   /forget ID         delete a memory
   /memories [QUERY]  list memories, or search them
+  /attach PATH       send an image file with your next message
   /quit              exit (Ctrl-D works too)
 Ctrl-C cancels a running reply."""
 
@@ -72,6 +76,7 @@ def make(parts: Any, args: Any) -> Repl:
         banner=parts.banner,
         deliveries=getattr(parts.scheduler, "router", None),
         no_color=parts.cfg.no_color,
+        attachments=getattr(parts, "attachments", None),
     )
 
 
@@ -189,7 +194,7 @@ class LineReader:
             prompt, loop, future = requests.get()
             try:
                 line, error = self._read(prompt), None
-            except BaseException as e:  # noqa: BLE001 - handed to the awaiting task
+            except BaseException as e:  # handed to the awaiting task
                 line, error = None, e
             with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits
                 loop.call_soon_threadsafe(_settle, future, line, error)
@@ -228,6 +233,7 @@ class Repl:
         banner: str = "",
         deliveries: Any = None,
         no_color: bool = False,
+        attachments: AttachmentStore | None = None,
     ) -> None:
         self.agent = agent
         self.memory = memory
@@ -245,6 +251,8 @@ class Repl:
         self._turn: asyncio.Task[None] | None = None
         self.stopping = asyncio.Event()
         self.has_failed_turn = False
+        self.attachments = attachments
+        self.attached: list[Attachment] = []  # /attach: they go with the next message
 
     def write(self, text: str) -> None:
         """Print text from anywhere: control sequences are shown, never obeyed."""
@@ -382,7 +390,9 @@ class Repl:
             user_id="owner",
             scope="owner",
             approver=self._approve,
+            attachments=tuple(self.attached),
         )
+        self.attached.clear()
         prefix = "luna> " if self.interactive else ""
         self.write(prefix)
         at_line_start = not prefix
@@ -454,6 +464,10 @@ class Repl:
                 self.write("forgotten\n" if ok else f"no memory with id {arg}\n")
         elif cmd == "/memories":
             await self._memories(arg)
+        elif cmd == "/attach":  # luna.frontends.attach: one line, stored or why not
+            line, attachment = await attach_path(self.attachments, arg)
+            self.attached.extend([attachment] if attachment else [])
+            self.write(line + "\n")
         else:
             self.write(f"unknown command {cmd}; /help lists them\n")
         return False

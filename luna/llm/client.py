@@ -17,6 +17,8 @@ Invariants:
   start (first byte, llama-server's prompt progress counts) within ``llm.first_byte_timeout``.
 - Every openai/httpx exception is translated once, by ``luna.llm.failures``, into one line
   naming the URL and the fix.
+- An image part reaches a server only when its ``/props`` reports vision; any other server
+  gets a line in its place (llama-server without ``--mmproj`` answers it with HTTP 500).
 - Leaked ``<think>`` / tool-call markup never reaches the caller (see ``luna.llm.markup``).
 - One ``llm_call`` event is logged per call. The API key only travels in the Authorization
   header.
@@ -41,7 +43,8 @@ from luna.llm.server_info import ServerInfo
 from luna.llm.slots import SlotPlan
 from luna.llm.stream import Progress, StreamAccumulator, reasoning_of, usage_of
 from luna.llm.transport import Utf8RepairingTransport
-from luna.llm.wire import normalize_messages
+from luna.llm.vision import count_images, text_of, without_images
+from luna.llm.wire import normalize_messages, sdk_kwargs, wire_body
 from luna.messages import LLMResponse, ToolCall, Usage, new_call_id
 from luna.observe import TURN_DETAIL, log_event
 
@@ -109,6 +112,16 @@ class LLMClient:
         self._info = ServerInfo.from_props(props) if is_llama else None
         return self._info
 
+    @property
+    def known_info(self) -> ServerInfo | None:
+        """``/props`` facts as last fetched, without asking the server."""
+        return self._info
+
+    async def can_see(self, lane: str | None = None) -> bool:
+        """Whether this server takes images (its ``/props`` reports vision)."""
+        info = await self.server_info()
+        return info is not None and info.has_vision
+
     async def render(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
     ) -> str:
@@ -116,7 +129,7 @@ class LLMClient:
 
         Raises LLMRejectedError when the server's template refuses the messages.
         """
-        body: dict[str, Any] = {"messages": normalize_messages(messages)}
+        body: dict[str, Any] = {"messages": await self._seeable(normalize_messages(messages))}
         if tools:
             body["tools"] = tools
         body.update(await self._extra_body())
@@ -331,7 +344,7 @@ class LLMClient:
     ) -> dict[str, Any]:
         params: dict[str, Any] = {
             "model": self.model,
-            "messages": normalize_messages(messages),
+            "messages": await self._seeable(normalize_messages(messages)),
             "temperature": self.cfg.temperature if temperature is None else temperature,
             "max_tokens": self.cfg.max_tokens if max_tokens is None else max_tokens,
         }
@@ -347,6 +360,19 @@ class LLMClient:
         if extra:
             params["extra_body"] = extra
         return params
+
+    async def _seeable(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``messages`` as this server can take them: image parts only when it reports vision
+        (the agent renders for the session's server; this covers a failover to another)."""
+        images = count_images(messages)
+        if not images:
+            return messages
+        info = await self.server_info()
+        if info is not None and info.has_vision:
+            return messages
+        _log.warning("the LLM at %s cannot see images; %d withheld", self.endpoint, images)
+        log_event("llm_images_withheld", endpoint=self.endpoint, count=images)
+        return without_images(messages)
 
     async def _with_retries(
         self, call: Callable[[], Awaitable[Any]], on_status: TextCallback | None = None
@@ -450,31 +476,9 @@ class LLMClient:
         )
 
 
-# Sent as extra_body, which the SDK puts on the wire as given: its typed-dict transform walks
-# every message and tool declaration on each request, and with a long history that walk was
-# half of the main thread's time between two turns (py-spy, 150 turns); Luna's messages are
-# already plain JSON, so the transform has nothing to do.
-_AS_GIVEN = ("messages", "tools", "tool_choice", "response_format")
-
-
-def sdk_kwargs(params: dict[str, Any]) -> dict[str, Any]:
-    """``params`` as ``chat.completions.create`` arguments that put the same body on the wire."""
-    kwargs = {k: v for k, v in params.items() if k not in _AS_GIVEN and k != "extra_body"}
-    kwargs["messages"] = []  # required by the SDK's signature; replaced by extra_body's
-    kwargs["extra_body"] = wire_body(params)  # the whole body; it takes precedence
-    return kwargs
-
-
-def wire_body(params: dict[str, Any]) -> dict[str, Any]:
-    """The JSON body a request's parameters put on the wire (extra_body merged in)."""
-    body = {k: v for k, v in params.items() if k not in ("extra_body", "timeout")}
-    body.update(params.get("extra_body") or {})
-    return body
-
-
 def _untrusted_texts(messages: list[dict[str, Any]]) -> list[str]:
     """Prompt text that came from tools or the web: markup copied from it is never a call."""
-    return [str(m.get("content") or "") for m in messages if m.get("role") == "tool"]
+    return [text_of(m.get("content")) for m in messages if m.get("role") == "tool"]
 
 
 async def _chunks(stream: Any) -> AsyncIterator[Any]:

@@ -16,6 +16,9 @@ Invariants:
 - A stream that already showed text to the user is never retried on another server (the user
   would see the start twice); it fails as one line.
 - Nothing here ever starts the embedded demo model: a configured server is never replaced.
+- Servers may differ in what they see: each client reads its own ``/props`` modalities, and
+  ``can_see(lane)`` answers for the server that lane's next call goes to (a failover to a
+  text-only server gets lines in place of images from its client).
 """
 
 from __future__ import annotations
@@ -96,6 +99,7 @@ class LLMRouter:
                 "up": b.is_up(now),
                 "out_for_s": round(max(0.0, b.down_until - now), 1),
                 "failures": b.failures,
+                "vision": b.client.known_info.has_vision if b.client.known_info else None,
                 "last_error": b.last_error,
             }
             for b in self.backends
@@ -177,6 +181,11 @@ class RoleLLM:
     ) -> ServerInfo | None:
         client = self.router.candidates(self.role, lane)[0].client
         return await client.server_info(refresh=refresh)
+
+    async def can_see(self, lane: str | None = None) -> bool:
+        """Whether the server this lane's next call goes to takes images (``/props``)."""
+        info = await self.server_info(lane=lane)
+        return info is not None and info.has_vision
 
     async def render(self, messages: list[dict[str, Any]], tools: Any = None) -> str:
         return await self.primary.render(messages, tools)

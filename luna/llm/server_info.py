@@ -1,4 +1,10 @@
-"""What an LLM server says about itself: llama-server's ``/props``, read once per client."""
+"""What an LLM server says about itself: llama-server's ``/props``, read once per client.
+
+Invariant: ``has_vision`` is True only when the server itself reports
+``modalities.vision: true`` (it was started with ``--mmproj``); any other server, or a
+llama-server that says nothing, is taken as text-only, since llama-server answers an image
+part without a projector with HTTP 500.
+"""
 
 from __future__ import annotations
 
@@ -14,11 +20,13 @@ class ServerInfo:
     total_slots: int | None
     supports_preserve_reasoning: bool
     build: str
+    has_vision: bool = False
 
     @classmethod
     def from_props(cls, props: dict[str, Any]) -> ServerInfo:
         settings = props.get("default_generation_settings") or {}
         caps = props.get("chat_template_caps") or {}
+        modalities = props.get("modalities") or {}
         n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else None
         slots = props.get("total_slots")
         return cls(
@@ -28,4 +36,5 @@ class ServerInfo:
                 isinstance(caps, dict) and caps.get("supports_preserve_reasoning")
             ),
             build=str(props.get("build_info") or ""),
+            has_vision=isinstance(modalities, dict) and modalities.get("vision") is True,
         )

@@ -6,6 +6,7 @@ Invariants:
 - Exactly one leading system message (later system messages are merged into it); ``""`` never
   ``null`` for content; tool calls in wire form with arguments that parse as a JSON object;
   ``reasoning_content`` only when it is a non-empty string (``null`` is an HTTP 500).
+- ``sdk_kwargs`` puts exactly ``wire_body`` on the wire through the openai SDK.
 - Pure functions, no I/O.
 """
 
@@ -48,6 +49,12 @@ def _text_of(content: Any) -> str:
     return str(content)
 
 
+def _defused_part(part: Any) -> Any:
+    if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
+        return {**part, "text": defuse_chat_tokens(part["text"])}
+    return part
+
+
 def _wire_tool_call(tc: Any) -> dict[str, Any]:
     if isinstance(tc, ToolCall):
         tc = tc.to_wire()
@@ -84,7 +91,31 @@ def normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             m["tool_call_id"] = str(m.get("tool_call_id") or "")
         if role in ("user", "tool") and isinstance(m.get("content"), str):
             m["content"] = defuse_chat_tokens(m["content"])
+        elif role in ("user", "tool") and isinstance(m.get("content"), list):
+            m["content"] = [_defused_part(p) for p in m["content"]]
         rest.append(clean_value(m))
     if system:
         return [{"role": "system", "content": clean_text("\n\n".join(system))}, *rest]
     return rest
+
+
+# Sent as extra_body, which the SDK puts on the wire as given: its typed-dict transform walks
+# every message and tool declaration on each request, and with a long history that walk was
+# half of the main thread's time between two turns (py-spy, 150 turns); Luna's messages are
+# already plain JSON, so the transform has nothing to do.
+_AS_GIVEN = ("messages", "tools", "tool_choice", "response_format")
+
+
+def sdk_kwargs(params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` as ``chat.completions.create`` arguments that put the same body on the wire."""
+    kwargs = {k: v for k, v in params.items() if k not in _AS_GIVEN and k != "extra_body"}
+    kwargs["messages"] = []  # required by the SDK's signature; replaced by extra_body's
+    kwargs["extra_body"] = wire_body(params)  # the whole body; it takes precedence
+    return kwargs
+
+
+def wire_body(params: dict[str, Any]) -> dict[str, Any]:
+    """The JSON body a request's parameters put on the wire (extra_body merged in)."""
+    body = {k: v for k, v in params.items() if k not in ("extra_body", "timeout")}
+    body.update(params.get("extra_body") or {})
+    return body

@@ -127,7 +127,7 @@ async def send_once(
             conn.mark_lost(session, e)
             conn.restart_soon()
             return ToolResult(interrupted(conn.name, what, e), True)
-        except Exception as e:  # noqa: BLE001 - never raises; the operator gets the trace
+        except Exception as e:  # never raises; the operator gets the trace
             log.exception("MCP server %r: unexpected failure in %s", conn.name, what)
             return ToolResult(
                 f"MCP server '{conn.name}': {what} failed unexpectedly ({type(e).__name__})", True

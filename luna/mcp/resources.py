@@ -98,5 +98,5 @@ async def list_resources(server: ServerConnection) -> list[dict[str, Any]] | str
             return await session.list_resources()
     except TimeoutError:
         return f"resources/list timed out after {server.spec.timeout:g} s"
-    except Exception as e:  # noqa: BLE001 - a listing that fails is shown, never raised
+    except Exception as e:  # a listing that fails is shown, never raised
         return f"resources/list failed: {e}"

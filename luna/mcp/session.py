@@ -200,7 +200,7 @@ class ServerConnection:
                     ready.set()
                     log_event("mcp_server", server=self.name, status="running", tools=len(tools))
                     await self._serve_refreshes(session, refresh)
-            except Exception as e:  # noqa: BLE001 - any failure of one server is reported, not raised
+            except Exception as e:  # any failure of one server is reported, not raised
                 self._in_handshake = False
                 self.start_timed_out = _holds(e, StartTimeoutError)
                 self.error = _describe_error(e)
@@ -292,7 +292,7 @@ class ServerConnection:
             try:
                 async with asyncio.timeout(self.cfg.mcp.start_timeout):
                     tools = await session.list_tools()
-            except Exception as e:  # noqa: BLE001 - a failed refresh keeps the old list
+            except Exception as e:  # a failed refresh keeps the old list
                 if _is_lost(e):
                     raise
                 log.warning("MCP server %r: refreshing tools failed: %s", self.name, e)

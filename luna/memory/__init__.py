@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from luna import datafolder
@@ -45,7 +45,7 @@ from luna.memory.embedding.endpoint import EndpointEncoder
 from luna.memory.embedding.indexer import FLUSH_BATCH, Indexer, index_batch
 from luna.memory.recall.pipeline import run_recall
 from luna.memory.recall.search import RecallItem, format_recall
-from luna.memory.storage import facts, heads, health, session_log
+from luna.memory.storage import facts, heads, health, image_notes, session_log
 from luna.memory.storage.held import HeldMessages
 from luna.memory.storage.store import Store, VectorModelChangedError
 from luna.memory.storage.writes import WriteGate
@@ -283,6 +283,15 @@ class Memory:
         """(cumulative summary or None, the messages after the compaction cut, as stored)."""
         return await asyncio.to_thread(session_log.prompt_history, self.store, session_id)
 
+    async def image_descriptions(self, hashes: Iterable[str]) -> dict[str, str]:
+        """sha256 -> what the image shows, for the images already described."""
+        return await asyncio.to_thread(image_notes.described, self.store, list(hashes))
+
+    async def describe_image(self, sha256: str, text: str, model: str) -> None:
+        """Store what an image shows; the messages carrying it become findable by it."""
+        if await self._write(image_notes.set_description, self.store, sha256, text, model):
+            self._wake_indexer()
+
     async def summary(self, session_id: str) -> tuple[str | None, int]:
         """(cumulative summary or None, id of the last message it covers or 0)."""
         return await asyncio.to_thread(session_log.summary, self.store, session_id)
@@ -466,35 +475,3 @@ class Memory:
             "vector_enabled": self.vector_enabled,
             "vector_error": self.vector_error,
         }
-
-    async def reindex(
-        self,
-        progress: Callable[[int], None] | None = None,
-        started: Callable[[int, int], None] | None = None,
-    ) -> int:
-        """Re-embed everything with the configured model and record it; returns the count.
-
-        Resumable: the first step drops every vector and records the model (and that a
-        reindex is under way); a reindex to the same model that was stopped (``kill -9``)
-        continues with the docs still without a vector. ``started(done, total)`` is called
-        once before the first batch (``done``: the docs a stopped run embedded already).
-        Luna, running beside it, answers from FTS for what has no vector yet.
-        """
-        if not self.store.vector_enabled:
-            raise MemoryStoreError(
-                f"cannot reindex: sqlite-vec is unavailable ({self.store.vector_error})"
-            )
-        await self.encoder.load()
-        model, dim = self.cfg.vector_model, self.cfg.embedding_dim
-        if await asyncio.to_thread(self.store.reindex_pending, model, dim):
-            await self._write(self.store.check_embedding_model, model, dim)  # resume
-            log_event("memory_op", op="reindex_resumed")
-        else:
-            await asyncio.to_thread(self.store.reset_vectors, model, dim)
-        self.vector_enabled = True
-        if started is not None:
-            counts = await asyncio.to_thread(self.store.counts)
-            started(counts["embedded"], counts["indexed"])
-        done = await self.flush_index(progress)
-        await asyncio.to_thread(self.store.finish_reindex)
-        return done

@@ -46,6 +46,7 @@ from luna.ids import id_argument, scope_argument
 from luna.memory import Memory
 from luna.memory.browse import recall_json
 from luna.memory.recall.search import MAX_K
+from luna.memory.reindex import reindex
 from luna.memory.storage.facts import normalize_timestamp
 from luna.messages import clean_text, neutralize, terminal_json
 from luna.observe.progress import progress_bar
@@ -294,7 +295,7 @@ async def reindex_cmd(args: argparse.Namespace, cfg: Config) -> int:
     progress = ReindexProgress()
     try:
         async with open_memory(cfg, allow_model_change=True) as mem:
-            done = await mem.reindex(progress=progress.update, started=progress.started)
+            done = await reindex(mem, progress=progress.update, started=progress.started)
     finally:
         progress.close()
     print(

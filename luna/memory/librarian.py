@@ -16,6 +16,8 @@ Invariants:
 - The model's JSON is parsed robustly (think text, code fences, trailing prose). A failed pass
   is retried once, then the session backs off exponentially: the transcript is not re-sent on
   every turn.
+- Images before the cut reach the summary as their descriptions (``image_descriptions``):
+  after a compaction no image before the cut is sent again.
 - ``aclose`` waits briefly for running passes, then cancels them.
 """
 
@@ -90,20 +92,35 @@ def compaction_boundary(messages: list[LoggedMessage], retain: int) -> int:
     return b
 
 
-def render_transcript(messages: list[LoggedMessage]) -> str:
+def render_transcript(
+    messages: list[LoggedMessage], described: dict[str, str] | None = None
+) -> str:
+    """The part to compact as text; each image as what it shows (``described``, by sha256):
+    after the cut the summary stands in for the images it covered."""
     lines = []
     for m in messages:
         content = m.content.strip()
         if m.role == "tool":
             lines.append(f"[tool result] {content[:MAX_TOOL_CHARS]}")
+            lines += _image_lines(m, described or {})
             continue
         if content:
             lines.append(f"{m.role}: {content[:MAX_MESSAGE_CHARS]}")
+        lines += _image_lines(m, described or {})
         for call in m.tool_calls or []:
             fn = call.get("function") or {}
             args = str(fn.get("arguments", ""))[:MAX_TOOL_CHARS]
             lines.append(f"[{m.role} ran tool {fn.get('name')}({args})]")
     return "\n".join(lines)
+
+
+def _image_lines(message: LoggedMessage, described: dict[str, str]) -> list[str]:
+    who = "a tool returned" if message.role == "tool" else f"the {message.role} sent"
+    return [
+        f"[{who} an image, {a.name}: {described.get(a.sha256, 'not described')}]"
+        for a in message.attachments
+        if a.kind == "image"
+    ]
 
 
 class Librarian:
@@ -195,11 +212,13 @@ class Librarian:
             return
         part = messages[:b]
         log_event("librarian", session=session_id, status="start", reason=reason, count=b)
+        shas = [a.sha256 for m in part for a in m.attachments if a.kind == "image"]
+        described = await self.memory.image_descriptions(shas) if shas else {}
         try:
             result = await self._ask_json(
                 SUMMARY_PROMPT,
                 f"PREVIOUS SUMMARY:\n{previous or '(none)'}\n\nNEW PART:\n"
-                f"{render_transcript(part)}",
+                f"{render_transcript(part, described)}",
             )
         except (LLMError, ValueError) as exc:
             self._back_off(session_id, exc)

@@ -72,7 +72,7 @@ class EventLog:
                     self._day = day
                 self._file.write(line + "\n")
                 self._file.flush()
-        except Exception:  # noqa: BLE001 - logging must never break a turn
+        except Exception:  # logging must never break a turn
             pass
 
     def close(self) -> None:

@@ -140,7 +140,7 @@ class DeliveryRouter:
                 asyncio.to_thread(self.store.release, d.id, self.clock.now(), give_up=False)
             )
             raise
-        except Exception:  # noqa: BLE001 - a front-end bug must not stop the others
+        except Exception:  # a front-end bug must not stop the others
             log.exception("scheduler: delivering %s to %s failed", d.id, d.target.frontend)
             ok = False
         now = self.clock.now()

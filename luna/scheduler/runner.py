@@ -136,7 +136,7 @@ class Runner:
                     try:
                         with self.store.savepoint(conn):
                             self._fire(conn, task, now, report)
-                    except Exception:  # noqa: BLE001 - one broken task must not stop the rest
+                    except Exception:  # one broken task must not stop the rest
                         log.exception("scheduler: task %s could not be processed", task.id)
                         report.broken += 1
                         self._mark_broken(conn, task, now)
@@ -147,7 +147,7 @@ class Runner:
         try:
             with self.store.savepoint(conn):
                 self.store.move(conn, task, now, state="failed", next_run=None, ran="failed")
-        except Exception:  # noqa: BLE001 - it stays due; the log has both tracebacks
+        except Exception:  # it stays due; the log has both tracebacks
             log.exception("scheduler: task %s could not be marked failed", task.id)
 
     def _fire(self, conn: Any, task: Task, now: dt.datetime, report: TickReport) -> None:
@@ -216,7 +216,7 @@ class Runner:
             reason = "cancelled" if by_user else "Luna stopped while it ran"
             await asyncio.shield(asyncio.to_thread(self.interrupted, task, run_id, reason))
             raise
-        except Exception as e:  # noqa: BLE001 - a bug: the task fails, the daemon lives
+        except Exception as e:  # a bug: the task fails, the daemon lives
             log.exception("scheduler: task %s crashed", task.id)
             outcome = RunOutcome(error=f"internal error ({type(e).__name__})")
         status = await asyncio.to_thread(self.finish, task, run_id, outcome)

@@ -3,7 +3,7 @@
 Job: :class:`SchedulerService` is built by ``app`` after the agent. It exposes ``api``
 (:class:`~luna.scheduler.api.Schedules`) and ``router``
 (:class:`~luna.scheduler.delivery.DeliveryRouter`), binds the API for the model's tools
-(``registry.services["scheduler"]``) and runs one background loop.
+(``registry.scheduler``) and runs one background loop.
 
 Invariants:
 - One scheduler per database: only the process holding ``<data>/scheduler.lock`` (an
@@ -108,12 +108,12 @@ class SchedulerService:
         """Bind the tools' API, take the lease if free, start the loop; returns at once."""
         # A heartbeat that cannot work stops Luna here (``luna config set`` asks the same).
         check_heartbeat(self.cfg, self.clock.now())
-        self.registry.services["scheduler"] = ToolPort(self.api)
+        self.registry.scheduler = ToolPort(self.api)
         await self._take_lease()
         self._loop = asyncio.create_task(self._run(), name="scheduler")
 
     async def stop(self, grace: float | None = None) -> None:
-        self.registry.services.pop("scheduler", None)
+        self.registry.scheduler = None
         await self.runner.aclose(self.cfg.agent.shutdown_grace if grace is None else grace)
         if self._loop is not None:
             self._loop.cancel()
@@ -165,7 +165,7 @@ class SchedulerService:
                         # (Due but not started, all turn slots busy: a finishing turn wakes us.)
                         until = min(until, max(nxt, now))
                 await self.router.flush()
-            except Exception:  # noqa: BLE001 - the loop must outlive one bad tick
+            except Exception:  # the loop must outlive one bad tick
                 log.exception("scheduler: tick failed; trying again in %s", poll)
             await self.clock.sleep_until(until, self._wake)
 

@@ -1,7 +1,7 @@
 """What the model's scheduler tools call: the turn's context in, one readable line out.
 
 Job: the tools (``luna.tools.builtin.schedule``) sit below the scheduler and never import it;
-they call the :class:`ToolPort` bound as ``registry.services["scheduler"]``. It turns a
+they call the :class:`ToolPort` bound as ``registry.scheduler``. It turns a
 ``ToolContext`` into a :class:`~luna.scheduler.model.Requester` and answers in text.
 
 Invariants:

@@ -123,7 +123,7 @@ def _from_front_matter(
         meta, _body = parse_frontmatter(content)
     except ParseError as e:
         return Problem(skill_md, source, _one_line(str(e)), fix, (str(e),))
-    except Exception as e:  # noqa: BLE001 - the oracle's YAML parser lets some errors through
+    except Exception as e:  # the oracle's YAML parser lets some errors through
         # (too deep a nesting is a RecursionError): the file is not a valid skill, whatever
         # the parser's way of saying so.
         what = f"front matter the YAML parser cannot read ({type(e).__name__})"

@@ -14,6 +14,7 @@ from luna.config import Config
 from luna.tools.builtin import (
     catalog,
     files,
+    images,
     papers,
     schedule,
     shell,
@@ -51,6 +52,6 @@ def build_registry(cfg: Config, *, probe: bool = False) -> ToolRegistry:
     if not status.ok:
         log.warning("bash is not sandboxed: %s", status.detail)
     reg = ToolRegistry(cfg, sandbox=status)
-    for module in (shell, files, web, subagents, papers, schedule, skills, catalog):
+    for module in (shell, files, images, web, subagents, papers, schedule, skills, catalog):
         module.register(reg, cfg)
     return reg

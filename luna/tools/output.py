@@ -274,7 +274,7 @@ async def shape_output(
                 raise ValueError("no LLM")
             extracted = await _llm_extract(llm, text, user_request, tool, budget)
             excerpt, how = extracted, "extracted by the model"
-        except Exception as e:  # noqa: BLE001 - any LLM failure falls back to head + tail
+        except Exception as e:  # any LLM failure falls back to head + tail
             if llm is not None:
                 log.warning("output extraction failed for %s: %s", tool, e)
             prefix = excerpt + "\n…\n" if excerpt else ""

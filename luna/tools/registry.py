@@ -30,7 +30,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import jsonschema
 
@@ -43,6 +43,9 @@ from luna.tools.permissions import resolve_level
 from luna.tools.sandbox import NOT_CHECKED, SandboxStatus
 from luna.tools.schema import schema_from_function
 from luna.tools.untrusted import wrap_untrusted
+
+if TYPE_CHECKING:  # the library is made by tools.builtin.skills; only its type here
+    from luna.skills.library import SkillLibrary
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +121,20 @@ class ToolInfo:
         }
 
 
+class SchedulerPort(Protocol):
+    """The scheduler as the schedule tools reach it (``luna.scheduler.tool_port.ToolPort``).
+
+    Each call acts for the person in ``ctx`` and answers with one line for the model; a
+    refusal raises ``ScheduleError`` with that line.
+    """
+
+    async def schedule(self, ctx: ToolContext, request: dict[str, Any]) -> str: ...
+
+    async def list(self, ctx: ToolContext, *, include_finished: bool) -> str: ...
+
+    async def cancel(self, ctx: ToolContext, task_id: int) -> str: ...
+
+
 class ToolRegistry:
     """Holds native and MCP tools; validates, permits, runs and shapes every call."""
 
@@ -128,9 +145,11 @@ class ToolRegistry:
         self.sandbox = sandbox
         # Levels forced at start-up: bash without a sandbox is always 'ask' (unless 'deny').
         self.forced_levels: dict[str, PermissionLevel] = {}
-        # Running parts some tools call, bound by app once they exist ("scheduler": the
-        # scheduler's API); a tool whose service is missing says so to the model.
-        self.services: dict[str, Any] = {}
+        # Running parts some tools call, bound once they exist; a tool whose part is missing
+        # says so to the model. The scheduler binds its port when it starts (tools never
+        # import the scheduler); the skill library is made with the skill tools.
+        self.scheduler: SchedulerPort | None = None
+        self.skills: SkillLibrary | None = None
         # Sources of tools registered at run time (MCP servers), asked about names they own.
         self.providers: list[ToolProvider] = []
         if not sandbox.ok:
@@ -330,7 +349,7 @@ class ToolRegistry:
             raw = ToolResult(f"Error: {e}", True)
         except TimeoutError:
             raw = ToolResult(f"Error: {info.name} timed out after {info.timeout:g} s", True)
-        except Exception as e:  # noqa: BLE001 - a tool bug must not end the turn
+        except Exception as e:  # a tool bug must not end the turn
             log.exception("tool %s crashed", info.name)
             raw = ToolResult(f"Error: {info.name} failed unexpectedly ({type(e).__name__})", True)
         result = raw if isinstance(raw, ToolResult) else ToolResult(str(raw), False)

@@ -180,7 +180,7 @@ async def test_doctor_cache_names_a_skill_change_at_the_compaction(
     llm = LLMClient(cfg.llm)
     requests = RequestLog.beside(cfg.memory.db_path)
     registry = echo_registry(cfg)
-    registry.services["skills"] = SkillLibrary(cfg)
+    registry.skills = SkillLibrary(cfg)
     agent = Agent(cfg, llm, memory, registry, requests=requests)
 
     async def turn(text: str) -> None:

@@ -157,6 +157,17 @@ async def test_doctor_flags_server_without_jinja(luna_config, llm_server: FakeLL
     assert ctx.ok is False and not ctx.essential and "-c 131072" in ctx.fix
 
 
+async def test_doctor_says_whether_the_server_sees_and_how_to_enable_it(
+    luna_config, llm_server: FakeLLMServer
+) -> None:
+    llm_server.default = healthy_reply
+    blind = (await _llm_checks(luna_config()))["vision"]
+    assert blind.ok is False and not blind.essential and "--mmproj" in blind.fix
+    llm_server.vision = True
+    seeing = (await _llm_checks(luna_config()))["vision"]
+    assert seeing.ok and "images go to the model" in seeing.detail
+
+
 async def test_doctor_reports_rejected_api_key(luna_config, llm_server: FakeLLMServer) -> None:
     # /v1/models is always 200 on the fake server; a 401 on the probe is reported as such.
     llm_server.default = Reply(status=401)

@@ -111,6 +111,7 @@ class FakeLLMServer:
         # template caps do not say)
         self.supports_tool_calls: bool | None = None
         self.total_slots = 1
+        self.vision = False  # /props' modalities.vision (a server started with --mmproj)
         self.default: ReplySource = Reply(content="ok")
         # Text that makes the server refuse any request (and render) carrying it, with HTTP
         # 500: a stand-in for a history the server's template cannot take.
@@ -309,10 +310,35 @@ def _tool_call_wire(tc: dict[str, Any], i: int) -> dict[str, Any]:
     }
 
 
+def image_parts(messages: Any) -> int:
+    """How many ``image_url`` parts the request's messages carry."""
+    return sum(
+        1
+        for m in (messages if isinstance(messages, list) else [])
+        if isinstance(m, dict) and isinstance(m.get("content"), list)
+        for p in m["content"]
+        if isinstance(p, dict) and p.get("type") == "image_url"
+    )
+
+
+def _sized(messages: Any) -> Any:
+    """The messages with each image as about 256 tokens of text (as llama-server counts a
+    Gemma 3 image), not its base64."""
+    if not image_parts(messages):
+        return messages
+    stand_in = {"type": "image_url", "image_url": {"url": "x" * 1024}}
+    return [
+        {**m, "content": [stand_in if p.get("type") == "image_url" else p for p in m["content"]]}
+        if isinstance(m.get("content"), list)
+        else m
+        for m in messages
+    ]
+
+
 def _usage(reply: Reply, body: dict[str, Any], cached: int) -> dict[str, Any]:
     if reply.usage is not None:
         return dict(reply.usage)
-    prompt = rough_tokens(json.dumps(body.get("messages"), ensure_ascii=False))
+    prompt = rough_tokens(json.dumps(_sized(body.get("messages")), ensure_ascii=False))
     prompt += rough_tokens(json.dumps(body.get("tools") or []))
     completion = rough_tokens(reply.content) + rough_tokens(reply.reasoning)
     completion += sum(rough_tokens(json.dumps(tc)) for tc in reply.tool_calls)
@@ -330,7 +356,7 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
         protocol_version = "HTTP/1.1"
         disable_nagle_algorithm = True  # small SSE writes on a kept-alive connection: no waits
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
+        def log_message(self, format: str, *args: Any) -> None:  # quiet
             pass
 
         # -- helpers
@@ -352,7 +378,7 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
             )
 
         # -- routes
-        def do_GET(self) -> None:  # noqa: N802 - http.server API
+        def do_GET(self) -> None:  # http.server API
             path = self.path.split("?")[0].rstrip("/")
             if path in ("/v1/models", "/models"):
                 self._json(
@@ -369,6 +395,7 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
                         "default_generation_settings": {"n_ctx": server.n_ctx},
                         "total_slots": server.total_slots,
                         "model_path": f"/models/{server.model}.gguf",
+                        "modalities": {"vision": server.vision, "audio": False},
                         # as llama-server reports Luna's template (the stock one says False)
                         "chat_template_caps": {
                             "supports_preserve_reasoning": server.preserves_reasoning,
@@ -385,7 +412,7 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
             else:
                 self._error(404, f"File Not Found: {path}")
 
-        def do_POST(self) -> None:  # noqa: N802 - http.server API
+        def do_POST(self) -> None:  # http.server API
             path = self.path.split("?")[0].rstrip("/")
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b""
@@ -405,6 +432,12 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
                 self._error(400, "invalid string: surrogate must be a pair")
                 return
             problem = validate_messages(body) or self._poisoned(body)
+            if not problem and not server.vision and image_parts(body.get("messages")):
+                # llama-server without --mmproj, word for word
+                problem = (
+                    "image input is not supported - hint: if this is unexpected, you may need "
+                    "to provide the mmproj"
+                )
             if problem:
                 self._error(500, problem)
                 return
@@ -447,6 +480,12 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
                 self._error(400, "request body is not valid JSON")
                 return
             problem = validate_messages(body) or self._poisoned(body)
+            if not problem and not server.vision and image_parts(body.get("messages")):
+                # llama-server without --mmproj, word for word
+                problem = (
+                    "image input is not supported - hint: if this is unexpected, you may need "
+                    "to provide the mmproj"
+                )
             if problem:
                 self._error(500, problem)
                 return

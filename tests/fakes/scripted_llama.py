@@ -12,6 +12,9 @@ holds it in its KV cache is the real one. For each request Luna sends to the scr
    leaves out only the final end-of-turn token);
 3. Luna gets the scripted reply with the real usage and timings.
 
+Image parts work too (on a server with a vision projector): the rendered prompt holds one media
+marker per image, and ``/completion`` gets the images' bytes with it, in order.
+
 ``Recorder`` keeps, per request, the rendered prompt, what the server held before it, and the
 server's counts, for tests and ``bench/prefix_reuse.py``.
 """
@@ -44,12 +47,15 @@ class Step:
     cached_tokens: int
     prefilled_tokens: int
     output: str  # the scripted reply as the model would have written it
+    held_tokens: int = 0  # tokens the slot held when it arrived, as the server counted them
+    images: int = 0  # image parts in the request
 
 
 @dataclass
 class Recorder:
     steps: list[Step] = field(default_factory=list)
     held: str = ""
+    held_tokens: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -98,6 +104,16 @@ def model_output(
     return turn[len(opened) : end]
 
 
+def image_data(messages: list[dict[str, Any]]) -> list[str]:
+    """The base64 data of every image part, in the order the rendered prompt has them."""
+    out = []
+    for m in messages:
+        for part in m.get("content") if isinstance(m.get("content"), list) else []:
+            if isinstance(part, dict) and part.get("type") == "image_url":
+                out.append(part["image_url"]["url"].split(",", 1)[1])
+    return out
+
+
 def on_real_server(
     real: RealLlama, reply: Reply, recorder: Recorder
 ) -> Callable[[dict[str, Any]], Reply]:
@@ -107,11 +123,12 @@ def on_real_server(
         kwargs = {k: body[k] for k in ("chat_template_kwargs",) if k in body}
         messages, tools = body["messages"], body.get("tools")
         slot = body.get("id_slot")  # a client that pins its sessions to slots
+        images = image_data(messages)
         with recorder.lock:
             prompt = real.render(messages, tools, **kwargs)
-            timings = real.complete(prompt, slot)
+            timings = real.complete(prompt, slot, images)
             output = model_output(real, messages, tools, reply, kwargs)
-            real.complete(prompt + output, slot)
+            held = real.complete(prompt + output, slot, images)
             step = Step(
                 prompt=prompt,
                 held_before=recorder.held,
@@ -119,9 +136,12 @@ def on_real_server(
                 cached_tokens=timings["cache_n"],
                 prefilled_tokens=timings["prompt_n"],
                 output=output,
+                held_tokens=recorder.held_tokens,
+                images=len(images),
             )
             recorder.steps.append(step)
             recorder.held = prompt + output
+            recorder.held_tokens = held["cache_n"] + held["prompt_n"]
         usage = {
             "prompt_tokens": step.prompt_tokens,
             "completion_tokens": rough_tokens(output),

@@ -35,7 +35,7 @@ def start_repl(tmp_path: Path, endpoint: str, *args: str) -> subprocess.Popen[st
     )
 
 
-def wait_for(predicate, timeout: float = 60.0) -> None:  # noqa: ANN001
+def wait_for(predicate, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():

@@ -17,6 +17,7 @@ from luna import observe
 from luna.agent import Agent
 from luna.config import Config, build_config
 from luna.llm.router import LLMRouter
+from luna.llm.vision import IMAGE_WITHHELD
 from luna.memory import Memory
 from luna.memory.librarian import Librarian
 from luna.messages import InboundMessage, TurnDone
@@ -193,3 +194,36 @@ async def test_router_two_real_servers_one_killed_mid_session(
         first.proc = None
         await router.close()
         await memory.close()
+
+
+async def test_router_a_session_sees_as_its_server_does_and_failover_never_sends_images(
+    tmp_path: Path, llm_server: FakeLLMServer
+) -> None:
+    # "eyes" can see (--mmproj), "blind" cannot; a session on "eyes" sends images, and when
+    # "eyes" fails the same request reaches "blind" with a line in each image's place.
+    llm_server.vision = True
+    with FakeLLMServer() as blind:
+        cfg = servers_config(
+            tmp_path,
+            [
+                {"name": "eyes", "endpoint": llm_server.url, "model": llm_server.model},
+                {"name": "blind", "endpoint": blind.url, "model": blind.model},
+            ],
+        )
+        router = LLMRouter.from_config(cfg.llm)
+        chat = router.view("chat")
+        image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+        ask = [{"role": "user", "content": [image, {"type": "text", "text": "what is it?"}]}]
+        try:
+            assert await chat.can_see(lane="a")
+            await chat.stream(ask, lane="a")
+            assert llm_server.requests[-1]["messages"][0]["content"][0] == image
+            assert [s["vision"] for s in router.status()] == [True, None]  # blind: not asked
+            llm_server.script(Reply(status=502))
+            await chat.stream(ask, lane="a")
+            sent = blind.requests[-1]["messages"][0]["content"]
+            assert sent[0] == {"type": "text", "text": IMAGE_WITHHELD}
+            assert not await chat.can_see(lane="a")  # the session now lives on "blind"
+            assert [s["vision"] for s in router.status()] == [True, False]
+        finally:
+            await router.close()

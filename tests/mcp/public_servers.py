@@ -104,7 +104,7 @@ class SlowPage:
         page = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+            def do_GET(self) -> None:  # the stdlib's name
                 if self.path != "/slow":
                     self.send_error(404)
                     return

@@ -18,7 +18,7 @@ async def test_context_attached_once_and_replayed(memory: Memory) -> None:
     assert after[0]["content"] == "plan the trip\n\n<context>\nCurrent time: now\n</context>"
 
 
-def test_context_cannot_be_rewritten_and_content_stays_frozen(tmp_path) -> None:  # noqa: ANN001
+def test_context_cannot_be_rewritten_and_content_stays_frozen(tmp_path) -> None:
     store = Store(tmp_path / "x.db")
     store.migrate()
     store.conn.execute("INSERT INTO sessions VALUES ('s', 'owner', '2026-01-01T00:00:00+00:00')")
@@ -38,7 +38,7 @@ def test_context_cannot_be_rewritten_and_content_stays_frozen(tmp_path) -> None:
     store.close()
 
 
-def test_context_update_with_other_changes_is_refused(tmp_path) -> None:  # noqa: ANN001
+def test_context_update_with_other_changes_is_refused(tmp_path) -> None:
     store = Store(tmp_path / "y.db")
     store.migrate()
     store.conn.execute("INSERT INTO sessions VALUES ('s', 'owner', '2026-01-01T00:00:00+00:00')")

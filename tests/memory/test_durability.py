@@ -31,8 +31,8 @@ async def test_turn_syncs_at_its_two_ends_not_per_write(memory: Memory) -> None:
     await memory.append_message("s", {"role": "tool", "tool_call_id": "c1", "content": "a.txt"})
     assert store.has_unsynced  # context, call and result: committed, not yet fsynced
     await memory.append_message("s", {"role": "assistant", "content": "There is a.txt."})
-    assert memory._syncing is not None  # noqa: SLF001 - the closing sync, in the background
-    await memory._syncing  # noqa: SLF001
+    assert memory._syncing is not None  # the closing sync, in the background
+    await memory._syncing
     assert not store.has_unsynced
     _, records = await memory.prompt_history("s")
     assert [r.role for r in records] == ["user", "assistant", "tool", "assistant"]

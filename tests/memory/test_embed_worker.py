@@ -39,7 +39,7 @@ async def test_embed_worker_matches_in_process_vectors_and_survives_a_crash(
         assert np.allclose(np.linalg.norm(remote, axis=1), 1.0, atol=1e-5)
         assert np.allclose(remote, local, atol=1e-4)
         pool = worker._executor()
-        (pid,) = list(pool._processes)  # noqa: SLF001 - the worker's pid, to kill it
+        (pid,) = list(pool._processes)  # the worker's pid, to kill it
         await worker.encode(texts * 20)  # bulk: split over the low-priority threads
         ours = os.getpriority(os.PRIO_PROCESS, 0)
         nice = await asyncio.to_thread(_thread_nices, pid)
@@ -65,11 +65,11 @@ async def test_embed_worker_queries_take_their_own_socket_and_survive_a_crash(
     try:
         await worker.load()
         local = Embedder("all-MiniLM-L6-v2", 384, cache_dir=model_cache)
-        queries = worker._queries  # noqa: SLF001 - the socket under test
+        queries = worker._queries  # the socket under test
         assert queries is not None and queries.is_free
-        sent = queries._number  # noqa: SLF001
+        sent = queries._number
         vec = await worker.encode(["where do the tulips go"], is_query=True)
-        assert queries._number == sent + 1  # noqa: SLF001 - it went over the socket
+        assert queries._number == sent + 1  # it went over the socket
         assert np.allclose(vec, local.encode(["where do the tulips go"], is_query=True), atol=1e-4)
 
         first = asyncio.create_task(worker.encode(["the first question"], is_query=True))
@@ -83,21 +83,21 @@ async def test_embed_worker_queries_take_their_own_socket_and_survive_a_crash(
         with pytest.raises(asyncio.CancelledError):
             await first
         second = await pooled
-        assert queries._number == sent + 2  # noqa: SLF001 - only the first used the socket
+        assert queries._number == sent + 2  # only the first used the socket
         third = await worker.encode(["the third question"], is_query=True)
-        assert queries._number == sent + 3  # noqa: SLF001 - over the socket again
+        assert queries._number == sent + 3  # over the socket again
         expected = local.encode(["a second question", "the third question"], is_query=True)
         assert np.allclose(second, expected[:1], atol=1e-4)
         assert np.allclose(third, expected[1:], atol=1e-4)  # not the cancelled first's
 
-        (pid,) = list(worker._executor()._processes)  # noqa: SLF001 - to kill it
+        (pid,) = list(worker._executor()._processes)  # to kill it
         os.kill(pid, signal.SIGKILL)
         with pytest.raises(WorkerDiedError, match="embedding worker process died"):
             await worker.encode(["after the crash"], is_query=True)
         await worker.load()
-        assert worker._queries is not None and worker._queries is not queries  # noqa: SLF001
+        assert worker._queries is not None and worker._queries is not queries
         again = await worker.encode(["a fresh worker takes over"], is_query=True)
-        assert again.shape == (1, 384) and worker._queries._number == 1  # noqa: SLF001
+        assert again.shape == (1, 384) and worker._queries._number == 1
     finally:
         worker.shutdown()
 

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from luna.config import MemoryConfig
 from luna.memory import Memory
@@ -54,7 +55,7 @@ def test_cached_export_loads_without_torch_in_a_fresh_process(model_cache: Path)
 
 
 def _worker_pid(worker: EmbeddingProcess) -> int:
-    (pid,) = list(worker._executor()._processes)  # noqa: SLF001 - the child to inspect
+    (pid,) = list(worker._executor()._processes)  # the child to inspect
     return pid
 
 
@@ -145,6 +146,7 @@ FACTS = [
 ]
 
 
+@pytest.mark.slow  # 13 s on the shared 2-core box (2026-12-05)
 async def test_switching_from_torch_to_the_cached_export_needs_no_reindex(tmp_path: Path) -> None:
     path = tmp_path / "data" / "luna.db"
     old = Memory(MemoryConfig(db_path=path, embedding_backend="torch", embedding_process=False))

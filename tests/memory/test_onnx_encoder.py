@@ -36,6 +36,7 @@ def test_onnx_backend_matches_torch_vectors(model_cache: Path) -> None:
     assert onnx.encode([]).shape == (0, 384)
 
 
+@pytest.mark.slow  # 16 s on the shared 2-core box (2026-12-05)
 def test_unexportable_model_is_recorded_and_stays_on_torch(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -47,7 +47,7 @@ async def test_recall_is_keyword_only_while_the_model_warms_then_hybrid(
     gate = tmp_path / "gate"
     os.mkfifo(gate)
     worker = EmbeddingProcess(MODEL, 384, cache_dir=model_cache)
-    held = worker._executor().submit(functools.partial(Path.read_text, gate))  # noqa: SLF001
+    held = worker._executor().submit(functools.partial(Path.read_text, gate))
     mem = Memory(cfg.memory)
     mem.encoder.process = worker
     try:

@@ -155,7 +155,7 @@ def test_vector_model_migration_on_blank_and_old_database(tmp_path: Path) -> Non
                 "VALUES ('memory', ?, 'owner', '2026-01-01', ?)",
                 (embedded + 10, embedded),
             )
-    assert old.migrate() == ["m008_vector_model"]
+    assert old.migrate(MIGRATIONS[:8]) == ["m008_vector_model"]
     rows: list[Any] = old.query("SELECT embedded, embed_model FROM docs ORDER BY embedded")
     assert rows == [(0, None), (1, "all-MiniLM-L6-v2")]
     old.close()

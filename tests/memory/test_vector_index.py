@@ -262,7 +262,7 @@ def test_searches_and_writes_from_two_threads_keep_the_index_whole(
                 hits, candidates = index.search(q, 10)
                 assert len(hits) == 10 and hits[0][1] == pytest.approx(1.0, abs=1e-4)
                 index.knn_among(candidates, q, 10)
-        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+        except BaseException as exc:  # reported by the main thread
             errors.append(exc)
 
     reader = threading.Thread(target=search)

@@ -14,7 +14,7 @@ from luna import observe
 
 
 @pytest.fixture
-def log_dir(tmp_path: Path):  # noqa: ANN201
+def log_dir(tmp_path: Path):
     observe.setup(tmp_path / "logs", console=False, secrets=["sk-SECRET-123"])
     yield tmp_path / "logs"
     observe.shutdown()

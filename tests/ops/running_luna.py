@@ -54,7 +54,7 @@ class RunningLuna:
             threading.Thread(target=self._pump, args=(stream, sink), daemon=True).start()
 
     @staticmethod
-    def _pump(stream, sink: list[str]) -> None:  # noqa: ANN001
+    def _pump(stream, sink: list[str]) -> None:
         for line in stream:
             sink.append(line)
 

@@ -23,3 +23,23 @@ def test_locomo_counts_turns_and_sessions() -> None:
 def test_locomo_holds_out_conversations_five_to_nine() -> None:
     assert locomo.TUNE == frozenset(range(5))
     assert locomo.parse_indexes("5-9") == {5, 6, 7, 8, 9}
+
+
+def test_locomo_indexes_a_shared_photo_as_luna_indexes_a_described_image() -> None:
+    conv = {
+        "session_1_date_time": "1:56 pm on 8 May, 2023",
+        "session_1": [
+            {
+                "speaker": "Mel",
+                "dia_id": "D1:1",
+                "text": "Look at this!",
+                "img_url": ["https://example.org/pics/IMG_2130.jpg?w=640"],
+                "blip_caption": "a photo of children playing on the beach with a kite",
+            }
+        ],
+    }
+    (turn,) = locomo.turns(conv, "t")
+    assert turn["text"] == (
+        "Mel: Look at this!\n[image IMG_2130.jpg: a photo of children playing on the beach "
+        "with a kite]"
+    )

@@ -66,7 +66,7 @@ def start_luna(tmp_path: Path, config: Path) -> subprocess.Popen[str]:
     )
 
 
-def wait_for(predicate, what: str, timeout: float = 90.0) -> None:  # noqa: ANN001
+def wait_for(predicate, what: str, timeout: float = 90.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():

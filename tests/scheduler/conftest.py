@@ -98,7 +98,7 @@ async def make_sched(
         agent = Agent(cfg, llm, memory, registry)
         clock = ManualClock(start)
         service = SchedulerService(cfg, memory, agent, registry, clock=clock)
-        registry.services["scheduler"] = ToolPort(service.api)
+        registry.scheduler = ToolPort(service.api)
         opened.append((service, memory, llm))
         return Sched(cfg, memory, agent, service, clock)
 

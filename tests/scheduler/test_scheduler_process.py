@@ -45,7 +45,7 @@ class Luna:
     def out(self) -> str:
         return "".join(self.lines)
 
-    def wait(self, predicate, what: str) -> None:  # noqa: ANN001
+    def wait(self, predicate, what: str) -> None:
         """Until ``predicate()``; a Luna that died meanwhile fails at once, with its stderr."""
 
         def ready() -> bool:
@@ -100,7 +100,7 @@ def cli(tmp_path: Path, endpoint: str, *args: str) -> str:
     return proc.stdout
 
 
-def wait_for(predicate, what: str, timeout: float = 120.0) -> None:  # noqa: ANN001
+def wait_for(predicate, what: str, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():

@@ -109,7 +109,7 @@ class WebServer:
 
 def _handler(state: WebServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: Any) -> None:
             pass
 
         def _send(self, status: int, body: bytes, ctype: str, **headers: str) -> None:
@@ -121,7 +121,7 @@ def _handler(state: WebServer) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(body)
 
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             state.requests.append(self.path)
             url = urlparse(self.path)
             q = {k: v[0] for k, v in parse_qs(url.query).items()}

@@ -201,6 +201,7 @@ def escape_attempts(cfg: Config, port: int) -> list[tuple[str, str, list[str]]]:
     ]
 
 
+@pytest.mark.slow  # 8 s on the shared 2-core box (2026-12-05)
 async def test_escape_suite(tools_config, make_ctx, secrets_in_env, tmp_path: Path) -> None:
     cfg = tools_config({"tools": {"secret_env": ["MY_SERVICE_PASSWORD"]}})
     reg = build_registry(cfg)
@@ -373,6 +374,7 @@ def host_config() -> Iterator[Config]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.mark.slow  # 9 s on the shared 2-core box (2026-12-05)
 async def test_escape_suite_outside_tmp_hides_data_and_base_env(
     host_config: Config, make_ctx, secrets_in_env
 ) -> None:

@@ -5,8 +5,6 @@ leftover processes) and that the model was told in one line; a benign command in
 registry must still work after each attack. (The confinement part is ``test_sandbox.py``.)
 """
 
-# ruff: noqa: ASYNC240 - tests check host files directly after each sandboxed run
-
 from __future__ import annotations
 
 import json

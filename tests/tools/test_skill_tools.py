@@ -5,8 +5,6 @@ skills), so a skill's folder is inside the data folder that the sandbox hides: i
 shown again read-only, at the path load_skill names, and nothing else of the folder may be.
 """
 
-# ruff: noqa: ASYNC240 - tests write skill folders directly
-
 from __future__ import annotations
 
 import json

@@ -4,8 +4,6 @@ The runner below is a minimal stand-in for ``Agent.run_subagent`` (written by th
 module): a bounded chat/tool loop over the real registry and the real LLMClient.
 """
 
-# ruff: noqa: ASYNC240 - tests inspect the workspace directly
-
 from __future__ import annotations
 
 import json

@@ -1,7 +1,5 @@
 """The large-output pipeline: passthrough, save, keyword filter, LLM extraction, fallback, prune."""
 
-# ruff: noqa: ASYNC240 - tests inspect the saved files directly
-
 from __future__ import annotations
 
 import json

@@ -181,7 +181,7 @@ class Channel:
         except LunaError as e:
             self._log_failure(first.session_id, e, "turn failed")
             stream.fail(short_line(str(e)) or GENERIC_FAILURE)
-        except Exception as e:  # noqa: BLE001 - a code bug: the log gets the traceback
+        except Exception as e:  # a code bug: the log gets the traceback
             self._log_failure(first.session_id, e, "turn crashed")
             stream.fail(GENERIC_FAILURE)
         finally:

@@ -1,5 +1,5 @@
 """Where a chat app's reading stands, in the memory database (migration
-``m011_channel_cursors``).
+``m012_channel_cursors``).
 
 Job: :class:`ChannelLedger` keeps one app account's read position (Telegram's update offset)
 and the turns it acknowledged but has not answered yet, off the event loop.

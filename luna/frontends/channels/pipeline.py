@@ -127,7 +127,7 @@ class SessionPipeline:
                 batch = queue.get_nowait()
                 try:
                     await self._handler(batch)
-                except Exception as e:  # noqa: BLE001 - a bad turn must not stop the session
+                except Exception as e:  # a bad turn must not stop the session
                     log.exception("channel turn handler failed for %s", sid)
                     log_event("channel_error", op="turn", session=sid, error=type(e).__name__)
         finally:

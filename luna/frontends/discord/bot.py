@@ -141,7 +141,7 @@ class LunaBot(discord.Client):
     async def on_message(self, message: discord.Message) -> None:
         try:
             await self.handle_message(message)
-        except Exception as e:  # noqa: BLE001 - one bad message must not stop the bot
+        except Exception as e:  # one bad message must not stop the bot
             log.exception("discord: handling message %s failed", message.id)
             log_event("channel_error", frontend="discord", op="on_message", error=type(e).__name__)
 

@@ -207,7 +207,7 @@ class TelegramFrontend:
                                  self.cfg.telegram.allowed_chats)  # fmt: skip
                 if event is not None and self.channel.receive(event):
                     return  # settled once its user message is committed
-        except Exception as e:  # noqa: BLE001 - one bad update must not stop the bot
+        except Exception as e:  # one bad update must not stop the bot
             log.exception("telegram: handling update %s failed", update.update_id)
             log_event("channel_error", frontend="telegram", op="update", error=type(e).__name__)
         self.offsets.settle([update.update_id])

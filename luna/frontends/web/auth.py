@@ -199,7 +199,7 @@ def guard_middleware(
             return error(e.status, str(e))
         except web.HTTPException:
             raise  # aiohttp's own answers: 404, 405, 413
-        except Exception as e:  # noqa: BLE001 - a bug: one line on the console, no traceback
+        except Exception as e:  # a bug: one line on the console, no traceback
             log.error(
                 "web: %s %s failed: %s (traceback in the event log)",
                 request.method,

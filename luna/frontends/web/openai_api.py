@@ -15,6 +15,9 @@ Invariants:
   chunk when ``stream_options.include_usage`` asks, then ``[DONE]``.
 - ``finish_reason`` is ``length`` when the server cut the final reply at max_tokens (it said
   so), else ``stop``, streaming or not.
+- A new message's ``image_url`` parts (``data:`` URLs, ``http(s)`` through web_fetch's SSRF
+  guard) go with it as attachments (:mod:`luna.frontends.web.image_input`); an image that
+  cannot be taken is a 400 naming why.
 - Luna's tools run inside the turn (approvals on the page); the client sees only the reply.
   Client-side ``tools`` are not offered to the model and are ignored.
 - A dropped client does not cancel the turn (see :mod:`luna.frontends.web.turns`).
@@ -29,6 +32,7 @@ from typing import Any
 from aiohttp import web
 
 from luna.frontends.web.events import sse_bytes
+from luna.frontends.web.image_input import ImageInputError, stored_images
 from luna.frontends.web.inputs import ApiError, json_body
 from luna.frontends.web.reconcile import (
     Reconciled,
@@ -141,7 +145,11 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     if decision.outcome == "replayed":
         return await _replay(request, decision, cid, headers, is_stream, include_usage)
     try:
-        turn = await st.runner.start(session, decision.text, source="api")
+        images = await stored_images(st.cfg, st.attachments, body["messages"][-1].get("content"))
+    except ImageInputError as e:
+        return openai_error(400, str(e))
+    try:
+        turn = await st.runner.start(session, decision.text, source="api", attachments=images)
     except TurnRefusedError as e:
         kind = "server_error" if e.status >= 500 else "invalid_request_error"
         return openai_error(e.status, str(e), kind)

@@ -90,7 +90,9 @@ async def index(request: web.Request) -> web.FileResponse:
 
 def build_app(st: WebState) -> web.Application:
     """The aiohttp application over the running parts in ``st``."""
-    app = web.Application(middlewares=[guard_middleware(st.guard)], client_max_size=MAX_BODY_BYTES)
+    # A body may carry an image as a data: URL: attachments.max_file_mb in base64, and text.
+    image_body = int(st.cfg.attachments.max_file_mb * 1024 * 1024 * 4 / 3) + MAX_BODY_BYTES
+    app = web.Application(middlewares=[guard_middleware(st.guard)], client_max_size=image_body)
     app[STATE] = st
     app.on_response_prepare.append(add_security_headers)
     app.add_routes(
@@ -133,6 +135,7 @@ class WebFrontend:
             broker=broker,
             runner=runner,
             scheduler=getattr(parts, "scheduler", None),
+            attachments=getattr(parts, "attachments", None),
         )
         self.hook_worker: HookWorker | None = None
         if cfg.hooks:

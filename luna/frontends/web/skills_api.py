@@ -24,7 +24,7 @@ from luna.skills.library import Catalog, skill_json
 
 
 def _library(request: web.Request) -> Any:
-    return state(request).registry.services.get("skills")
+    return state(request).registry.skills
 
 
 async def list_skills(request: web.Request) -> web.Response:

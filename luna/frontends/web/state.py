@@ -33,6 +33,7 @@ class WebState:
     runner: TurnRunner
     scheduler: Any = None  # luna.scheduler.service.SchedulerService, or None when it is off
     hooks: HookDoor | None = None  # None when no [hooks.*] is configured
+    attachments: Any = None  # luna.attachments.AttachmentStore: images a client sends
     doctor_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from luna.frontends.web.approvals import ApprovalBroker
 from luna.frontends.web.events import EventHub, event_json
-from luna.messages import InboundMessage
+from luna.messages import Attachment, InboundMessage
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,14 @@ class TurnRunner:
     def running(self) -> list[dict[str, Any]]:
         return [t.snapshot() for t in self._running.values()]
 
-    async def start(self, session_id: str, text: str, *, source: str) -> Turn:
+    async def start(
+        self,
+        session_id: str,
+        text: str,
+        *,
+        source: str,
+        attachments: tuple[Attachment, ...] = (),
+    ) -> Turn:
         """Start a turn; raises TurnRefusedError for what the web never runs."""
         if not self.is_accepting:
             raise TurnRefusedError("Luna is shutting down; send that again in a moment.", 503)
@@ -124,7 +131,7 @@ class TurnRunner:
                 "or digit)",
                 400,
             )
-        if not text.strip():
+        if not text.strip() and not attachments:
             raise TurnRefusedError("the message is empty", 400)
         if len(text) > MAX_MESSAGE_CHARS:
             raise TurnRefusedError(f"the message is longer than {MAX_MESSAGE_CHARS:,} chars", 413)
@@ -144,6 +151,7 @@ class TurnRunner:
             scope="owner",
             approver=self.broker.approver(session_id),
             address={"session_id": session_id},  # a task scheduled here reports back here
+            attachments=attachments,
         )
         self._running[turn.id] = turn
         self._emit(turn, {"type": "turn_started", "text": text, "source": source})
@@ -169,7 +177,7 @@ class TurnRunner:
             if current is not None and current.cancelling():
                 raise  # we are being cancelled ourselves; ``finally`` reports the turn
             # else the agent's drain cancelled the turn: ``finally`` reports it
-        except Exception:  # noqa: BLE001 - one short line for the user, the traceback logged
+        except Exception:  # one short line for the user, the traceback logged
             log.exception("web turn %s failed", turn.id)
             if not ended:
                 self._emit(turn, {"type": "failed", "message": "Internal error; see the log."})

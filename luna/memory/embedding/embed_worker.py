@@ -287,7 +287,7 @@ class EmbeddingProcess:
             queries.close()
         if pool is None:
             return
-        workers = list((pool._processes or {}).values())  # noqa: SLF001 - to bound the wait
+        workers = list((pool._processes or {}).values())  # to bound the wait
         pool.shutdown(wait=False, cancel_futures=True)
         if not wait:
             return

@@ -229,7 +229,7 @@ class Embedder:
         self._check_native_dim(entry.manifest.get("native_dim"))
         try:
             self._onnx = OnnxEncoder.load(entry.path, entry.manifest)
-        except Exception as exc:  # noqa: BLE001 - a broken entry: say so and run on torch
+        except Exception as exc:  # a broken entry: say so and run on torch
             return f"cannot load {entry.path} ({exc}); delete that folder to export again", "", ""
         return "", source, str(entry.path)
 

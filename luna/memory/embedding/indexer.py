@@ -110,7 +110,7 @@ class Indexer:
             except MemoryStoreError as exc:
                 self.on_error(exc)  # a dead worker is restarted; anything else ends vectors
                 self._wake.set()
-            except Exception:  # noqa: BLE001 - keep indexing later; the operator sees the log
+            except Exception:  # keep indexing later; the operator sees the log
                 log.exception("memory: vector indexing failed; will retry")
                 await asyncio.sleep(RETRY_S)
                 self._wake.set()

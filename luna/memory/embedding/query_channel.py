@@ -140,10 +140,10 @@ def serve(sock: socket.socket, encode: Callable[[list[str]], Any]) -> None:
             number, texts = pickle.loads(reader.read(_HEADER.unpack(header)[0]))
             try:
                 answer = _frame((number, True, encode(texts)))
-            except Exception as exc:  # noqa: BLE001 - the caller gets it, as through the pool
+            except Exception as exc:  # the caller gets it, as through the pool
                 try:
                     answer = _frame((number, False, exc))
-                except Exception:  # noqa: BLE001 - an exception that does not pickle
+                except Exception:  # an exception that does not pickle
                     answer = _frame((number, False, MemoryStoreError(str(exc))))
             try:
                 sock.sendall(answer)

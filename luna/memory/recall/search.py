@@ -361,11 +361,7 @@ def _details(store: Store, doc_ids: list[int]) -> dict[int, dict[str, Any]]:
             d = out[by_kind[kind][row[0]]]
             d.update(zip(cols, row[1:], strict=True))
 
-    fill(
-        "message",
-        "SELECT id, content, role, session_id FROM messages WHERE id IN ({})",
-        ["text", "source", "session_id"],
-    )
+    fill("message", MESSAGE_TEXT, ["text", "source", "session_id"])
     fill(
         "memory",
         "SELECT id, text, source, session_id, importance, superseded_by, external_id, "
@@ -386,6 +382,15 @@ def _details(store: Store, doc_ids: list[int]) -> dict[int, dict[str, Any]]:
         ["text", "source", "session_id"],
     )
     return {k: v for k, v in out.items() if "text" in v}
+
+
+# A message as recalled: its text, then what each of its described images shows (the words
+# it was found by; ``luna.memory.storage.image_notes``).
+MESSAGE_TEXT = """SELECT m.id, ltrim(m.content || coalesce((
+        SELECT group_concat(char(10) || '[image ' || a.name || ': ' || d.text || ']', '')
+        FROM message_attachments a JOIN image_descriptions d ON d.sha256 = a.sha256
+        WHERE a.message_id = m.id), ''), char(10)), m.role, m.session_id
+    FROM messages m WHERE m.id IN ({})"""
 
 
 def format_recall(items: list[RecallItem], budget_tokens: int) -> str:

@@ -124,7 +124,7 @@ def _load_vec(conn: Connection) -> None:
             conn.enable_load_extension(False)
         conn.vector_enabled = True
         conn.vector_error = ""
-    except Exception as exc:  # noqa: BLE001 - any failure means FTS-only, reported loudly
+    except Exception as exc:  # any failure means FTS-only, reported loudly
         conn.vector_enabled = False
         conn.vector_error = f"{type(exc).__name__}: {exc}"
         log.error(

@@ -284,7 +284,46 @@ MIGRATIONS: list[Migration] = [
         ],
     ),
     (
-        "m011_channel_cursors",
+        "m010_message_attachments",
+        [
+            # The files a message carried (a user's, or the images a tool returned), in order;
+            # the bytes live in the attachment store under ``sha256``.
+            """CREATE TABLE message_attachments (
+                message_id INTEGER NOT NULL REFERENCES messages(id),
+                position INTEGER NOT NULL,
+                kind TEXT NOT NULL,
+                mime TEXT NOT NULL,
+                name TEXT NOT NULL DEFAULT '',
+                size INTEGER NOT NULL,
+                sha256 TEXT NOT NULL,
+                PRIMARY KEY (message_id, position)
+            )""",
+            "CREATE INDEX message_attachments_sha256 ON message_attachments(sha256)",
+            # What the vision model said an image shows, once per content hash: the searchable
+            # text of the messages that carry it, and what a text-only model reads instead.
+            """CREATE TABLE image_descriptions (
+                sha256 TEXT PRIMARY KEY,
+                text TEXT NOT NULL,
+                model TEXT NOT NULL,
+                created_at TEXT NOT NULL
+            )""",
+        ],
+    ),
+    (
+        "m011_matrix_sync",
+        [
+            # The Matrix front-end's sync position (luna.frontends.matrix.sync_token): the
+            # ``next_batch`` token after the last batch whose messages Luna took in, one row per
+            # bot account. With the database, so a backup or a restore keeps them together.
+            """CREATE TABLE matrix_sync (
+                user_id TEXT PRIMARY KEY,
+                next_batch TEXT NOT NULL,
+                updated_at TEXT NOT NULL
+            )""",
+        ],
+    ),
+    (
+        "m012_channel_cursors",
         [
             # A chat app's read position (luna.frontends.channels.cursor): Telegram's update
             # offset, one row per bot account, kept with the database it acknowledges into.

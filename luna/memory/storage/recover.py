@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from luna.errors import DatabaseCorruptError, MemoryStoreError
-from luna.memory.storage import db
+from luna.memory.storage import db, session_log
 from luna.memory.storage.backup import check_file
 from luna.memory.storage.maintenance import SCRATCH_PREFIX, TMP_PREFIX, MaintenanceLock
 from luna.memory.storage.salvage import Salvage, read_file
@@ -47,6 +47,9 @@ BASE_TABLES = (
     "deliveries",
     "session_heads",
     "hook_events",
+    "message_attachments",
+    "image_descriptions",
+    "matrix_sync",
 )
 SQLITE_HEADER = b"SQLite format 3\x00"
 REPORTED = ("messages", "memories", "sessions", "summaries", "scheduled_tasks")
@@ -339,7 +342,12 @@ def _reindex(store: Store, tx: Any) -> None:
     for mid, session, role, content, scope, created in tx.execute(
         "SELECT id, session_id, role, content, scope, created_at FROM messages ORDER BY id"
     ).fetchall():
-        if role in ("user", "assistant") and content and content.strip():
+        files = session_log.attachments_of(tx, mid)
+        if files:
+            notes = session_log.descriptions(tx, files)
+            text = session_log.searchable_text(content or "", files, notes)
+            store.index_doc(tx, "message", mid, scope, created, text, thread=session)
+        elif role in ("user", "assistant") and content and content.strip():
             store.index_doc(tx, "message", mid, scope, created, content, thread=session)
     for mid, text, source, speaker, scope, session, created in tx.execute(
         "SELECT id, text, source, speaker, scope, session_id, created_at FROM memories ORDER BY id"

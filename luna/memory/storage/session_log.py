@@ -18,6 +18,9 @@ Invariants:
     turn), and the next user message's durable commit covers it too.
 - Messages are never rewritten. Compaction is a soft cut: the summary row records the last
   message it covers, and only ``prompt_history`` looks past it; the originals stay searchable.
+- A message's attachments (``message["attachments"]``, ``Attachment.to_json`` dicts) are rows
+  of ``message_attachments`` in the same transaction, and come back in order on its
+  ``LoggedMessage``; its search text names each image, with its description once there is one.
 - What was stored comes back as stored (``LoggedMessage``): turning it into a prompt (context,
   reasoning, tool-call/result pairing) is ``luna.agent.prompt``'s job, not the log's.
 - Blocking functions; the ``Memory`` facade runs them in a worker thread.
@@ -25,12 +28,14 @@ Invariants:
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from luna.errors import MemoryStoreError
 from luna.memory.storage.store import Store, now_iso
-from luna.messages import LoggedMessage, Usage, clean_value
+from luna.messages import Attachment, LoggedMessage, Usage, clean_value
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -127,9 +132,58 @@ def insert_message(
         ),
     )
     message_id = int(cur.lastrowid)
-    if role in ("user", "assistant") and content.strip():
+    attachments = [Attachment.from_json(a) for a in message.get("attachments") or []]
+    conn.executemany(
+        """INSERT INTO message_attachments
+               (message_id, position, kind, mime, name, size, sha256)
+           VALUES (?, ?, ?, ?, ?, ?, ?)""",
+        [
+            (message_id, i, a.kind, a.mime, a.name, a.size, a.sha256)
+            for i, a in enumerate(attachments)
+        ],
+    )
+    if role in ("user", "assistant", "tool") and attachments:
+        text = searchable_text(content, attachments, descriptions(conn, attachments))
+        store.index_doc(conn, "message", message_id, scope, created, text, thread=session_id)
+    elif role in ("user", "assistant") and content.strip():
         store.index_doc(conn, "message", message_id, scope, created, content, thread=session_id)
     return message_id
+
+
+def searchable_text(
+    content: str, attachments: Sequence[Attachment], described: dict[str, str]
+) -> str:
+    """A message's text for search: its content, then one line per image (with what it
+    shows, once described)."""
+    lines = [content] if content.strip() else []
+    for a in attachments:
+        if a.kind == "image" and a.sha256 in described:
+            lines.append(f"[image {a.name}: {described[a.sha256]}]")
+        elif a.kind == "image":
+            lines.append(f"[image {a.name}]")
+    return "\n".join(lines)
+
+
+def attachments_of(conn: Any, message_id: int) -> list[Attachment]:
+    """A logged message's attachments, in order, inside the caller's transaction."""
+    rows = conn.execute(
+        "SELECT kind, mime, name, size, sha256 FROM message_attachments "
+        "WHERE message_id = ? ORDER BY position",
+        (message_id,),
+    ).fetchall()
+    return [Attachment(kind, mime, name, size, sha) for kind, mime, name, size, sha in rows]
+
+
+def descriptions(conn: Any, attachments: Sequence[Attachment]) -> dict[str, str]:
+    """sha256 -> description, for the attachments already described."""
+    hashes = sorted({a.sha256 for a in attachments})
+    if not hashes:
+        return {}
+    marks = ",".join("?" * len(hashes))
+    rows = conn.execute(
+        f"SELECT sha256, text FROM image_descriptions WHERE sha256 IN ({marks})", hashes
+    ).fetchall()
+    return {sha: text for sha, text in rows}
 
 
 def set_context(store: Store, message_id: int, context: str) -> None:
@@ -183,7 +237,19 @@ def messages_after(store: Store, session_id: str, after_id: int) -> list[LoggedM
         f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND id > ? ORDER BY id",
         (session_id, after_id),
     )
-    return [_record(r) for r in rows]
+    files: dict[int, list[Attachment]] = {}
+    for mid, kind, mime, name, size, sha in store.query(
+        """SELECT a.message_id, a.kind, a.mime, a.name, a.size, a.sha256
+           FROM message_attachments a JOIN messages m ON m.id = a.message_id
+           WHERE m.session_id = ? AND m.id > ? ORDER BY a.message_id, a.position""",
+        (session_id, after_id),
+    ):
+        data = {"kind": kind, "mime": mime, "name": name, "size": size, "sha256": sha}
+        files.setdefault(int(mid), []).append(Attachment.from_json(data))
+    return [
+        dataclasses.replace(rec, attachments=tuple(files[rec.id])) if rec.id in files else rec
+        for rec in map(_record, rows)
+    ]
 
 
 def prompt_history(store: Store, session_id: str) -> tuple[str | None, list[LoggedMessage]]:

@@ -279,7 +279,7 @@ class VectorIndex:
                     part = part[self.ids[part] >= 0]
                     rows = self.mat[part]
                 graph.add(part, rows)
-        except Exception:  # noqa: BLE001 - a failed build leaves the sketch serving
+        except Exception:  # a failed build leaves the sketch serving
             log.exception("building the vector graph failed; the sketch scan serves")
             graph = None
         with self.lock:

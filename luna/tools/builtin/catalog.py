@@ -24,7 +24,7 @@ from luna.tools.registry import ToolContext, ToolInfo, ToolRegistry
 MAX_LISTED = 50
 
 
-def register(reg: ToolRegistry, cfg: Config) -> None:  # noqa: ARG001 - uniform signature
+def register(reg: ToolRegistry, cfg: Config) -> None:  # uniform signature
     @reg.tool(level="allow")
     async def list_available_tools(query: str = "", *, ctx: ToolContext) -> str:
         """List extra tools (from MCP servers) that can be called with use_tool.

@@ -1,8 +1,8 @@
 """Scheduler tools: ``schedule_task``, ``list_tasks``, ``cancel_task``.
 
 The tools only declare what the model may say; the work is the running scheduler's, reached
-through ``reg.services["scheduler"]`` (a ``luna.scheduler.tool_port.ToolPort`` bound by
-``app``), so this lower layer never imports the scheduler.
+through ``reg.scheduler`` (a ``SchedulerPort``: ``luna.scheduler.tool_port.ToolPort``, bound
+when the scheduler starts), so this lower layer never imports the scheduler.
 
 Invariants:
 - What a tool schedules is filed under the person talking and delivered where they talk (the
@@ -14,11 +14,11 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from luna.config import Config
 from luna.errors import ScheduleError, ToolError
-from luna.tools.registry import ToolContext, ToolRegistry
+from luna.tools.registry import SchedulerPort, ToolContext, ToolRegistry
 
 
 def register(reg: ToolRegistry, cfg: Config) -> None:
@@ -26,8 +26,8 @@ def register(reg: ToolRegistry, cfg: Config) -> None:
         return
     guest = cfg.scheduler.strangers == "reminders"
 
-    def port() -> Any:
-        found = reg.services.get("scheduler")
+    def port() -> SchedulerPort:
+        found = reg.scheduler
         if found is None:
             raise ToolError("the scheduler is not running here; tasks cannot be set now")
         return found

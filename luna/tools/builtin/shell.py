@@ -129,7 +129,7 @@ async def _collect(
     timed_out = False
 
     async def pump() -> None:
-        assert proc.stdout is not None  # noqa: S101 - set by PIPE above
+        assert proc.stdout is not None  # set by PIPE above
         while chunk := await proc.stdout.read(CHUNK):
             buf.feed(chunk)
         await proc.wait()

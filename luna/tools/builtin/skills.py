@@ -15,7 +15,7 @@ Invariants:
   its list (mapped to Luna's tool names) intersects what the turn could already call.
 - ``save_skill`` asks the owner (level ``ask``: never in an unattended scheduled turn) and
   never replaces a skill the owner keeps (``luna.skills.learned``).
-- The library is ``reg.services["skills"]``, made here with the registry.
+- The library is ``reg.skills``, made here with the registry.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def register(reg: ToolRegistry, cfg: Config) -> None:
     if not cfg.skills.enabled:
         return
     library = SkillLibrary(cfg)
-    reg.services["skills"] = library
+    reg.skills = library
 
     @reg.tool(level="allow")
     async def load_skill(name: str, path: str = "", *, ctx: ToolContext) -> ToolResult:

@@ -24,7 +24,7 @@ DELEGATE_TOOLS = ["read_file", "list_directory", "web_fetch", "web_search", "sum
 CODE_TOOLS = ["bash", "read_file", "write_file", "list_directory"]
 
 
-def _runner(ctx: ToolContext):  # noqa: ANN202 - the SubAgentRunner type
+def _runner(ctx: ToolContext):  # the SubAgentRunner type
     if ctx.depth >= 1:
         raise ToolError("sub-agents cannot start other sub-agents; do this step yourself")
     if ctx.run_subagent is None:

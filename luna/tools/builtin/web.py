@@ -22,6 +22,7 @@ import asyncio
 import ipaddress
 import json
 import socket
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin
 
@@ -95,18 +96,47 @@ def html_to_markdown(html: str, base_url: str) -> str:
     return conv.handle(html)
 
 
+@dataclass(frozen=True)
+class Fetched:
+    """What one guarded GET gave: the final URL (after redirects) and the body, capped."""
+
+    url: str
+    status: int
+    ctype: str  # the content-type, lower-cased ("" when none)
+    body: bytes
+    truncated: bool
+    encoding: str
+
+
 async def fetch(cfg: Config, url: str, max_bytes: int | None = None) -> tuple[str, str]:
     """(final url, text) of a page, with the SSRF checks described in the module docstring."""
+    cap = min(max_bytes or cfg.tools.fetch_max_bytes, cfg.tools.fetch_max_bytes)
+    got = await fetch_raw(cfg, url, cap)
+    url = got.url
+    text = got.body.decode(got.encoding, "replace")
+    if got.status >= 400:
+        raise ToolError(f"{url} answered HTTP {got.status}: {text[:300]}")
+    if got.ctype and not any(t in got.ctype for t in TEXT_TYPES):
+        raise ToolError(f"{url} is {got.ctype.split(';')[0]}, not text; not fetched")
+    if "html" in got.ctype or (not got.ctype and "<html" in text[:1000].lower()):
+        text = await asyncio.to_thread(html_to_markdown, text, url)
+    if got.truncated:
+        text += f"\n\n[page cut at {cap} bytes]"
+    return url, text
+
+
+async def fetch_raw(cfg: Config, url: str, cap: int) -> Fetched:
+    """One GET with the SSRF checks of the module docstring (every redirect hop checked), the
+    body cut at ``cap`` bytes, the whole bounded by ``tools.fetch_timeout``; ToolError if not."""
     try:
-        return await _fetch(cfg, url, max_bytes)
+        return await _fetch(cfg, url, cap)
     except TimeoutError as e:
         raise ToolError(
             f"fetching {url} took longer than {cfg.tools.fetch_timeout:g} s (tools.fetch_timeout)"
         ) from e
 
 
-async def _fetch(cfg: Config, url: str, max_bytes: int | None) -> tuple[str, str]:
-    cap = min(max_bytes or cfg.tools.fetch_max_bytes, cfg.tools.fetch_max_bytes)
+async def _fetch(cfg: Config, url: str, cap: int) -> Fetched:
     timeout = cfg.tools.fetch_timeout
     async with (
         asyncio.timeout(timeout),
@@ -135,20 +165,10 @@ async def _fetch(cfg: Config, url: str, max_bytes: int | None) -> tuple[str, str
                         continue
                     body, truncated = await _read_capped(resp, cap)
                     ctype = resp.headers.get("content-type", "").lower()
-                    status = resp.status_code
                     encoding = resp.encoding or "utf-8"
+                    return Fetched(url, resp.status_code, ctype, body, truncated, encoding)
             except httpx.HTTPError as e:
                 raise ToolError(f"could not fetch {url}: {type(e).__name__} {e}") from e
-            text = body.decode(encoding, "replace")
-            if status >= 400:
-                raise ToolError(f"{url} answered HTTP {status}: {text[:300]}")
-            if ctype and not any(t in ctype for t in TEXT_TYPES):
-                raise ToolError(f"{url} is {ctype.split(';')[0]}, not text; not fetched")
-            if "html" in ctype or (not ctype and "<html" in text[:1000].lower()):
-                text = await asyncio.to_thread(html_to_markdown, text, url)
-            if truncated:
-                text += f"\n\n[page cut at {cap} bytes]"
-            return url, text
     raise ToolError(f"too many redirects (more than {MAX_REDIRECTS}) starting at the given URL")
 
 

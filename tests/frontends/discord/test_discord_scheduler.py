@@ -26,7 +26,7 @@ async def with_scheduler(h: Harness) -> tuple[SchedulerService, ManualClock]:
     schedule.register(registry, h.cfg)
     clock = ManualClock(START)
     service = SchedulerService(h.cfg, h.memory, h.agent, registry, clock=clock)
-    registry.services["scheduler"] = ToolPort(service.api)
+    registry.scheduler = ToolPort(service.api)
     h.bot.deliveries = service.router
     await h.bot.on_ready()  # connected: the bot registers its delivery function
     assert service.router.frontends == ["discord"]

@@ -91,7 +91,7 @@ async def start_luna(
         if clock is not None:  # the scheduler app builds, on a hand-moved clock
             schedule.register(agent.registry, cfg)
             scheduler = SchedulerService(cfg, memory, agent, agent.registry, clock=clock)
-            agent.registry.services["scheduler"] = ToolPort(scheduler.api)
+            agent.registry.scheduler = ToolPort(scheduler.api)
         frontend = TelegramFrontend(cfg, agent, memory, scheduler and scheduler.router)
         stop = asyncio.Event()
         task = asyncio.create_task(frontend.run(stop))

@@ -20,6 +20,8 @@ import pytest
 
 from luna import observe
 from luna.agent import Agent
+from luna.agent.image_parts import StoredImages
+from luna.attachments import AttachmentStore
 from luna.config import Config, secret_values
 from luna.frontends import Components
 from luna.frontends.web import WebFrontend
@@ -109,13 +111,16 @@ async def web_luna(luna_config: Callable[..., Config]) -> AsyncIterator[Callable
         await memory.open(background=False)
         llm = LLMClient(cfg.llm)
         registry = web_registry(cfg)
-        agent = Agent(cfg, llm, memory, registry)
+        store = AttachmentStore.for_config(cfg)  # as app.py builds it
+        agent = Agent(cfg, llm, memory, registry, images=StoredImages(store.load, store.save))
         service = None
         if scheduler:  # the app's scheduler on a hand-moved clock (tests call tick_once)
             schedule.register(registry, cfg)
             service = SchedulerService(cfg, memory, agent, registry, clock=ManualClock(START))
-            registry.services["scheduler"] = ToolPort(service.api)
-        parts = Components(cfg, agent, memory, llm, registry, None, scheduler=service)
+            registry.scheduler = ToolPort(service.api)
+        parts = Components(
+            cfg, agent, memory, llm, registry, None, scheduler=service, attachments=store
+        )
         frontend = WebFrontend(parts, announce=False)
         stop = asyncio.Event()
         task = asyncio.create_task(frontend.run(stop))

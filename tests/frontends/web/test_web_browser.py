@@ -484,7 +484,7 @@ class _EvilSite(BaseHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
         pass
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server API
+    def do_GET(self) -> None:  # http.server API
         t = self.target
         body = f"""<!doctype html><html><body>
 <form id=a method=POST action="{t}/api/memory?token={TOKEN}" enctype="text/plain" target=f1>
@@ -538,7 +538,7 @@ class _OtherPort(BaseHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
         pass
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server API
+    def do_GET(self) -> None:  # http.server API
         self.cookies.append(self.headers.get("Cookie") or "")
         t = self.target
         body = f"""<!doctype html><html><body><script>

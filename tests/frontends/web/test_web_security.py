@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from luna.frontends.web.auth import CSP
 from luna.frontends.web.server import STATIC_DIR
@@ -225,6 +226,7 @@ def _fill(memory: Any, session: str, n: int) -> None:
         session_log.append_message(memory.store, session, {"role": role, "content": f"m{i}"})
 
 
+@pytest.mark.slow  # 27 s on the shared 2-core box (2026-12-05)
 async def test_ten_thousand_message_history_pages_quickly(
     web_luna: Callable[..., Any],
 ) -> None:

@@ -1,0 +1,107 @@
+"""Descriptions of images, for recall: a model that can see says in words what each one shows.
+
+"The photo of the receipt from last week" is found by words; an image has none. So each image a
+session sees (a user's, or one a tool returned) gets a short description by the background
+model, stored once per content hash with the messages that carry it (``Memory.describe_image``:
+their search text, full-text and vectors, then names what the image shows). The librarian uses
+the same descriptions when it compacts images away.
+
+Invariants:
+- Never on a turn's path: ``note`` only queues and returns; one tracked task works through the
+  queue, one image at a time, as background work (no session lane: llama-server's background
+  slot when slots are pinned).
+- Each image is described at most once: it is skipped when memory has its description, and
+  an image whose description failed is not asked again in this run.
+- Only a server that reports vision is asked; without one nothing is described (said once in
+  the log), and text-only sessions still find the image by its name.
+- ``aclose`` cancels the work; a description cut off by it is simply not stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from luna.agent.images import ImageSource, images_of
+from luna.errors import LunaError
+from luna.llm.vision import text_part
+from luna.messages import Attachment
+from luna.observe import log_event
+
+log = logging.getLogger(__name__)
+
+DESCRIBE_PROMPT = (
+    "Describe this image in one or two plain sentences for a search index: what it shows, and "
+    "any text in it that matters (names, amounts, dates). No preamble."
+)
+MAX_DESCRIPTION_CHARS = 600
+MAX_TOKENS = 1024  # room for a thinking model's reasoning before its two sentences
+MAX_QUEUED = 256
+
+
+class ImageDescriber:
+    """Describes images in the background; see the module docstring."""
+
+    def __init__(
+        self, llm: Any, memory: Any, source: ImageSource, *, max_tokens: int = MAX_TOKENS
+    ) -> None:
+        self.llm = llm  # the background role (LLMClient or RoleLLM)
+        self.memory = memory
+        self.source = source
+        self.max_tokens = max_tokens
+        self._queue: dict[str, Attachment] = {}  # sha256 -> image, in arrival order
+        self._seen: set[str] = set()  # noted in this run (described, queued or failed)
+        self._task: asyncio.Task[None] | None = None
+        self._said_blind = False
+
+    def note(self, attachments: Iterable[Attachment]) -> None:
+        """Queue the images not described yet; returns at once."""
+        for a in images_of(attachments):
+            if a.sha256 not in self._seen and len(self._queue) < MAX_QUEUED:
+                self._seen.add(a.sha256)
+                self._queue[a.sha256] = a
+        if self._queue and (self._task is None or self._task.done()):
+            self._task = asyncio.create_task(self._work(), name="image-describer")
+
+    async def wait_idle(self) -> None:
+        while self._task is not None and not self._task.done():
+            await asyncio.wait([self._task])
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _work(self) -> None:
+        while self._queue:
+            sha = next(iter(self._queue))
+            image = self._queue.pop(sha)
+            try:
+                await self._describe(image)
+            except LunaError as e:  # the server, the database: this image stays undescribed
+                log.warning("could not describe image %s: %s", image.name or sha[:12], e)
+                log_event("image_described", status="failed", error=type(e).__name__)
+
+    async def _describe(self, image: Attachment) -> None:
+        if image.sha256 in await self.memory.image_descriptions([image.sha256]):
+            return
+        if not await self.llm.can_see():
+            if not self._said_blind:
+                self._said_blind = True
+                log.info("no vision model for background work: images are not described")
+            return
+        part = await self.source.image_part(image)
+        if part is None:
+            return
+        messages = [{"role": "user", "content": [part, text_part(DESCRIBE_PROMPT)]}]
+        response = await self.llm.chat(messages, max_tokens=self.max_tokens, temperature=0.0)
+        text = " ".join(response.content.split())[:MAX_DESCRIPTION_CHARS]
+        if not text:
+            log_event("image_described", status="empty")
+            return
+        await self.memory.describe_image(image.sha256, text, response.model)
+        log_event("image_described", status="ok", chars=len(text))

@@ -1,0 +1,131 @@
+"""``luna doctor``'s Matrix checks: the homeserver, the login, the device's keys, encryption.
+
+Invariants:
+- Nothing is changed anywhere: the homeserver is only asked (``/versions``, ``whoami``,
+  ``keys/query``), a password is never used to log in (that would make a new access token),
+  and the crypto store is opened read-only. The doctor runs in a process of its own, so
+  reading ``crypto.db`` with the stdlib ``sqlite3`` never meets mautrix's connection in one
+  process (see ``luna.frontends.matrix.connection``).
+- Matrix not configured: one skipped line. Every request has a timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import httpx
+
+from luna.config import Config
+from luna.datafolder import matrix_crypto_file
+from luna.doctor.result import CheckResult, fail, ok, skipped
+
+TIMEOUT_S = 4.0
+
+
+def _store_facts(path: Path) -> tuple[str, int, int] | None:
+    """(device id, Megolm room keys, Olm sessions) in the crypto store; None when absent."""
+    if not path.exists():
+        return None
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=2)
+    try:
+        row = conn.execute("SELECT device_id FROM crypto_account LIMIT 1").fetchone()
+        megolm = conn.execute("SELECT count(*) FROM crypto_megolm_inbound_session").fetchone()
+        olm = conn.execute("SELECT count(*) FROM crypto_olm_session").fetchone()
+    finally:
+        conn.close()
+    return (str(row[0]) if row else "", int(megolm[0]), int(olm[0]))
+
+
+async def _whoami(http: httpx.AsyncClient, token: str) -> tuple[str, str] | CheckResult:
+    resp = await http.get(
+        "/_matrix/client/v3/account/whoami", headers={"Authorization": f"Bearer {token}"}
+    )
+    if resp.status_code in (401, 403):
+        return fail(
+            "Matrix login",
+            f"the homeserver refuses MATRIX_ACCESS_TOKEN ({resp.status_code})",
+            "make a new access token for the bot's device (README, Matrix), or use MATRIX_PASSWORD",
+        )
+    resp.raise_for_status()
+    data = resp.json()
+    return str(data.get("user_id", "")), str(data.get("device_id", ""))
+
+
+async def _published(http: httpx.AsyncClient, token: str, user: str, device: str) -> bool:
+    resp = await http.post(
+        "/_matrix/client/v3/keys/query",
+        json={"device_keys": {user: [device]}},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    resp.raise_for_status()
+    return device in (resp.json().get("device_keys", {}).get(user) or {})
+
+
+async def check_matrix(cfg: Config) -> list[CheckResult]:
+    m = cfg.matrix
+    if not m.homeserver:
+        return [skipped("Matrix", "matrix.homeserver is not set")]
+    results: list[CheckResult] = []
+    async with httpx.AsyncClient(base_url=m.homeserver.rstrip("/"), timeout=TIMEOUT_S) as http:
+        try:
+            resp = await http.get("/_matrix/client/versions")
+            resp.raise_for_status()
+            versions = resp.json().get("versions", [])
+            results.append(ok("Matrix homeserver", f"{m.homeserver} answers ({versions[-1:]})"))
+        except (httpx.HTTPError, ValueError) as e:
+            return [
+                fail(
+                    "Matrix homeserver",
+                    f"{m.homeserver} does not answer the client API ({type(e).__name__})",
+                    "check matrix.homeserver (the client-server API's base URL)",
+                )
+            ]
+        facts = await asyncio.to_thread(_store_facts, matrix_crypto_file(cfg.data_dir))
+        stored = facts[0] if facts else ""
+        if m.access_token:
+            who = await _whoami(http, m.access_token)
+            if isinstance(who, CheckResult):
+                return [*results, who]
+            user, device = who
+            if stored and device != stored:
+                results.append(
+                    fail(
+                        "Matrix login",
+                        f"the token is for device {device}, Luna's keys are device {stored}'s",
+                        f"use an access token of device {stored}, or MATRIX_PASSWORD",
+                    )
+                )
+            else:
+                results.append(ok("Matrix login", f"{user}, device {device}"))
+                if stored and not await _published(http, m.access_token, user, device):
+                    results.append(
+                        fail(
+                            "Matrix device keys",
+                            f"device {device} has no keys on the homeserver",
+                            "start Luna once: it uploads them",
+                        )
+                    )
+        elif m.password:
+            results.append(ok("Matrix login", f"MATRIX_PASSWORD set for {m.user_id or '?'}"))
+        else:
+            results.append(
+                fail(
+                    "Matrix login",
+                    "neither MATRIX_ACCESS_TOKEN nor MATRIX_PASSWORD is set",
+                    "put one in the environment (/etc/luna/luna.env for the service)",
+                )
+            )
+    if facts is None:
+        results.append(ok("Matrix encryption", "no device keys yet: made at Luna's first start"))
+    else:
+        _, megolm, olm = facts
+        results.append(
+            ok(
+                "Matrix encryption",
+                f"device {stored}: {megolm} room keys, {olm} Olm sessions "
+                f"(data folder, matrix/crypto.db); trusts {m.trust} devices",
+            )
+        )
+    return results

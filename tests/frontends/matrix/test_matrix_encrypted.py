@@ -1,0 +1,74 @@
+"""Luna in encrypted Matrix rooms, through a real Synapse: DMs, a restart, an image."""
+
+from __future__ import annotations
+
+import hashlib
+
+from tests.conftest import Reply
+from tests.frontends.matrix.conftest import World
+
+
+async def open_dm(world: World) -> str:
+    room = await world.owner.create_room([world.bot.user_id], encrypted=True, direct=True)
+    await world.owner.wait_joined(room, world.bot.user_id)
+    return room
+
+
+async def test_matrix_encrypted_dm_answered_in_the_same_room(world: World) -> None:
+    world.llm_server.script(Reply("Hello **owner**, I read you."))
+    await world.start_luna()
+    room = await open_dm(world)
+    await world.owner.say(room, "hi Luna, can you read this?")
+    msgs = await world.owner.answer(room, world.bot.user_id, "Hello **owner**, I read you.")
+    content = msgs[-1]["content"]
+    assert "<strong>owner</strong>" in content["formatted_body"]
+    seen = [e["type"] for e in world.owner.events if e.get("event_id") == msgs[-1]["event_id"]]
+    assert seen == ["m.room.encrypted", "m.room.message"]  # sent encrypted, decrypted by owner
+    sent = world.llm_server.requests[-1]["messages"][-1]["content"]
+    assert "hi Luna, can you read this?" in sent
+
+
+async def test_matrix_restart_between_two_encrypted_messages(world: World) -> None:
+    world.llm_server.script(Reply("first answer"), Reply("second answer"))
+    await world.start_luna()
+    room = await open_dm(world)
+    await world.owner.say(room, "message one")
+    await world.owner.answer(room, world.bot.user_id, "first answer")
+    await world.stop_luna()
+    await world.owner.say(room, "message two, sent while Luna was down")
+    await world.start_luna()
+    msgs = await world.owner.answer(room, world.bot.user_id, "second answer", count=2)
+    assert len(msgs) == 2  # the first message was not answered again
+    asked = [r["messages"][-1]["content"] for r in world.llm_server.requests]
+    assert sum("message one" in a for a in asked) == 1
+    assert any("message two, sent while Luna was down" in a for a in asked)
+
+
+async def test_matrix_image_in_encrypted_room_arrives_decrypted(world: World) -> None:
+    world.llm_server.script(Reply("nice picture"))
+    await world.start_luna()
+    room = await open_dm(world)
+    image = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8
+    await world.owner.send_image(room, image, "cat.png", "image/png")
+    await world.owner.answer(room, world.bot.user_id, "nice picture")
+    sent = world.llm_server.requests[-1]["messages"][-1]["content"]
+    assert "cat.png" in sent and hashlib.sha256(image).hexdigest() in sent
+
+
+async def test_matrix_doctor_checks_homeserver_login_keys(world: World) -> None:
+    from luna.doctor.matrix import check_matrix
+
+    world.llm_server.script(Reply("ok"))
+    luna = await world.start_luna()
+    cfg = luna.frontend.cfg
+    room = await open_dm(world)
+    await world.owner.say(room, "hello")
+    await world.owner.answer(room, world.bot.user_id, "ok")
+    results = {r.name: r for r in await check_matrix(cfg)}
+    assert all(r.ok for r in results.values()), results
+    assert world.bot.device_id in results["Matrix login"].detail
+    detail = results["Matrix encryption"].detail  # the owner's room key and Luna's own
+    assert "0 room keys" not in detail and "0 Olm sessions" not in detail
+    bad = cfg.model_copy(update={"matrix": cfg.matrix.model_copy(update={"access_token": "x"})})
+    refused = {r.name: r for r in await check_matrix(bad)}
+    assert refused["Matrix login"].ok is False
