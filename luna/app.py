@@ -103,6 +103,8 @@ async def build_components(
         skills.start_warming()
 
     from luna.agent import Agent
+    from luna.agent.image_parts import StoredImages
+    from luna.attachments.intake import Intake
     from luna.memory import Memory
     from luna.memory.embedding.embed_worker import EmbeddingProcess
     from luna.memory.librarian import Librarian
@@ -145,10 +147,7 @@ async def build_components(
         stack.push_async_callback(_with_deadline, librarian.aclose, 15.0, "librarian")
     requests = RequestLog.beside(cfg.memory.db_path)
     stack.callback(requests.close)
-    from luna.agent.image_parts import StoredImages
-    from luna.attachments import AttachmentStore
-
-    attachments = AttachmentStore.for_config(cfg)  # <data>/attachments, by content hash
+    intake = Intake(cfg)  # files sent with a message, and the images the agent shows
     agent = Agent(
         cfg,
         llm,
@@ -158,7 +157,7 @@ async def build_components(
         requests,
         background_llm=background,
         subagent_llm=router.view("subagent"),
-        images=StoredImages(attachments.load, attachments.save),
+        images=StoredImages(intake.images.load, intake.images.save),
     )
     if embedded:
         agent.tools_enabled = False  # the demo model cannot call tools
@@ -171,7 +170,7 @@ async def build_components(
         deadline = cfg.agent.shutdown_grace + 15.0
         stack.push_async_callback(_with_deadline, scheduler.stop, deadline, "scheduler")
     return Components(
-        cfg, agent, memory, llm, registry, mcp, banner, scheduler=scheduler, attachments=attachments
+        cfg, agent, memory, llm, registry, mcp, banner, scheduler=scheduler, intake=intake
     )
 
 

@@ -19,7 +19,9 @@ line for any of them and log the traceback for the operator::
     ├── DataFolderInUseError  another Luna process runs on this data folder
     ├── ScheduleError      a scheduler request that cannot be done (a bad time, no right)
     │   └── NoSuchTaskError    no task with that id (or none the asker may see)
-    └── SkillError         a skill that cannot be installed, saved, found or changed
+    ├── SkillError         a skill that cannot be installed, saved, found or changed
+    └── AttachmentError    a file sent with a message that cannot be taken (one line why)
+        └── AttachmentMissingError  a stored attachment's file is gone or damaged
 
 Dependencies' exceptions are translated once, where the dependency is owned, with
 ``raise ... from``.
@@ -121,6 +123,15 @@ class NoSuchTaskError(ScheduleError):
 
 class SkillError(LunaError):
     """A skill that cannot be installed, saved, found or changed; the message says why."""
+
+
+class AttachmentError(LunaError):
+    """A file sent with a message cannot be taken or read: the message is one short line for
+    the user (too big, not an image, damaged...), the rest of the message goes on."""
+
+
+class AttachmentMissingError(AttachmentError):
+    """A stored attachment's file is gone, or its bytes no longer match its hash."""
 
 
 def did_you_mean(word: str, choices: Iterable[str], *, n: int = 1, cutoff: float = 0.6) -> str:

@@ -31,9 +31,9 @@ from tests.real_llama import RealLlama, model_path
 
 ISOLATED_ENV = (
     "DISCORD_TOKEN",
-    "TELEGRAM_TOKEN",
     "MATRIX_ACCESS_TOKEN",
     "MATRIX_PASSWORD",
+    "TELEGRAM_TOKEN",
     "LLM_ENDPOINT",
     "LLM_MODEL",
     "LLM_API_KEY",

@@ -39,11 +39,12 @@ FORBIDDEN: dict[str, set[str]] = {
     "scheduler": {"frontends", "doctor", "hooks"},
     "hooks": {"frontends", "doctor"},
     "doctor": {"frontends"},
+    # Files sent with a message: below the agent and the front-ends, beside the tools (their
+    # output pipeline shapes a long document; read_file converts documents through it).
+    "attachments": {"agent", "llm", "memory", "mcp", "frontends", "doctor", "scheduler", "hooks",
+                    "skills"},
     "skills": {"agent", "llm", "memory", "tools", "mcp", "frontends", "doctor", "scheduler",
                "hooks"},
-    # files by content hash: below everything that sends or shows them
-    "attachments": {"agent", "llm", "memory", "tools", "mcp", "frontends", "doctor",
-                    "scheduler", "hooks", "skills"},
 }  # fmt: skip
 LEAVES = {"messages.py": {"*"}, "errors.py": {"*"}}  # import no other Luna module
 # Inside luna.memory: part -> the parts it must never import ("facade" is luna/memory/__init__,

@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import datetime as dt
 import logging
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -42,6 +41,7 @@ from luna.agent.calls import run_round, vet_calls
 from luna.agent.describer import ImageDescriber
 from luna.agent.fit import ContextFit
 from luna.agent.head import Head, SessionHeads
+from luna.agent.notes import EMPTY_REPLY, now_in, round_limit_note
 from luna.agent.prompt import (
     as_sent,
     assistant_message,
@@ -56,7 +56,6 @@ from luna.agent.recovery import ModelCall
 from luna.agent.sight import ImageSource, Sight, TurnSight
 from luna.agent.subagent import WRAP_UP_NOTE, TurnBudget, run_subagent
 from luna.config import Config
-from luna.config.timezone import zone_for
 from luna.errors import DatabaseBusyError, DatabaseCorruptError, LLMError, LunaError
 from luna.llm.stream import Progress
 from luna.memory import format_recall
@@ -83,17 +82,6 @@ WAITING_NOTICE = 10.0  # seconds of silence from the model before the user is to
 MAX_REMEMBERED_SESSIONS = 256
 
 __all__ = ["WRAP_UP_NOTE", "Agent"]
-
-
-EMPTY_REPLY = "(The model sent back an empty reply. Send your message again, or rephrase it.)"
-
-
-def _round_limit_note(max_rounds: int, wanted: list[str]) -> str:
-    more = f" It still wanted to run: {', '.join(dict.fromkeys(wanted))}." if wanted else ""
-    return (
-        f"(I used all {max_rounds} tool rounds for this message before finishing.{more} "
-        "Ask me to continue and I will pick up from here.)"
-    )
 
 
 class Agent:
@@ -261,7 +249,8 @@ class Agent:
         recall = asyncio.create_task(self._recall_block(msg))
         heading = asyncio.create_task(self._head(msg.session_id, emit))
         try:
-            message_id = await self._store_user_message(msg)
+            logged = user_message(msg.text, msg.attachments)
+            message_id = await self._store_user_message(msg, logged)
             summary, records = await self.memory.prompt_history(msg.session_id)
             block = await recall
             head = await heading
@@ -270,30 +259,27 @@ class Agent:
             heading.cancel()
         stored = next((r for r in records if r.id == message_id), None)
         records = [r for r in records if r.id != message_id]  # it goes last, with its context
-        text, attachments = msg.text, tuple(msg.attachments)
+        text, files_now, context = msg.text, msg.attachments, None
         if msg.stored_id is not None and stored is not None:  # as the dead process stored it
-            text, attachments, context = stored.content, tuple(stored.attachments), stored.context
-        else:
-            context = None
+            text, files_now, context = stored.content, stored.attachments, stored.context
         if context is None:
-            context = render_context(_now(self.cfg.agent.timezone), block)
+            context = render_context(now_in(self.cfg.agent.timezone), block)
             await self.memory.set_context(message_id, context)
-        files = [*(a for r in records for a in r.attachments), *attachments]
+        files = [*(a for r in records for a in r.attachments), *files_now]
         sight = await self.sight.look(msg.session_id, files, emit)
-        logged = user_message(text, attachments)
-        new = as_sent({**logged, "content": attach_context(text, context)}, sight.parts)
+        sent = {**user_message(text, files_now), "content": attach_context(text, context)}
+        new = as_sent(sent, sight.parts)
         reasoning = self.cfg.llm.history_reasoning
         history = history_messages(records, reasoning=reasoning, parts=sight.parts)
         skills = head.skills if msg.allow_tools else []  # skills are for those with tool rights
         prompt = self.cfg.agent.system_prompt
         return build_messages(prompt, summary, history, new, skills), head, sight
 
-    async def _store_user_message(self, msg: InboundMessage) -> int:
+    async def _store_user_message(self, msg: InboundMessage, logged: dict[str, Any]) -> int:
         """Commit the user's message (unless a turn the process died in already did), then
         tell the front-end it is stored (``on_stored``)."""
         if msg.stored_id is not None:
             return msg.stored_id
-        logged = user_message(msg.text, msg.attachments)
         message_id = await self.memory.append_message(msg.session_id, logged, scope=msg.scope)
         if msg.on_stored is not None:
             try:
@@ -390,7 +376,7 @@ class Agent:
         if not at_limit:
             emit(TextDelta(EMPTY_REPLY))
             return EMPTY_REPLY, reply
-        note = _round_limit_note(self.cfg.agent.max_rounds, [c.name for c in resp.tool_calls])
+        note = round_limit_note(self.cfg.agent.max_rounds, [c.name for c in resp.tool_calls])
         emit(TextDelta(("\n\n" if reply.strip() else "") + note))
         shown = f"{reply.rstrip()}\n\n{note}" if reply.strip() else note
         return shown, shown
@@ -457,7 +443,7 @@ class Agent:
     async def _recall_block(self, msg: InboundMessage) -> str:
         # Memory leaves out this session's messages still in the prompt (this one included);
         # "yesterday" is the owner's yesterday (agent.timezone).
-        now = _now(self.cfg.agent.timezone)
+        now = now_in(self.cfg.agent.timezone)
         try:
             items = await self.memory.recall(
                 msg.text, scope=msg.scope, session_id=msg.session_id, now=now
@@ -506,8 +492,3 @@ class Agent:
             allowed_tools=allowed,
             declared=declared,
         )
-
-
-def _now(timezone: str) -> dt.datetime:
-    """The time in ``agent.timezone``: the zone people give times in (the scheduler's)."""
-    return dt.datetime.now(zone_for(timezone))

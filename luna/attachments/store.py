@@ -1,176 +1,53 @@
-"""The attachment store: files in ``<data>/attachments`` by content hash, images normalized.
+"""The attachment store: files kept in the data folder under the SHA-256 of their bytes.
 
-Layout: ``<data>/attachments/ab/abcdef…`` holds the bytes as they came (``ab`` the first two
-hex digits of their sha256); ``<data>/attachments/normalized/ab/abcdef….<side>.png|jpg`` caches
-what the model gets for an image at one longest side (``luna.attachments.images``), so a
-restart reads it again instead of decoding the original.
+Layout: ``<data>/attachments/ab/abcdef…`` (the first two hex digits, then the whole digest; no
+extension: the name and type a file came with live in the session log). Derived files (images
+downscaled for a model) live beside them under ``derived/`` (``luna.attachments.images``).
 
 Invariants:
-- Every file is written atomically: a temp file in the same folder, fsync, rename, then an
-  fsync of the folder. A reader sees a whole file or none; the same bytes are stored once.
-- ``mime`` is sniffed from the magic numbers (PNG, JPEG, GIF, WebP, BMP), never the name.
-- ``put`` refuses (``AttachmentRefusedError``, a line for the user) what is too large, not an
-  image, corrupt, or a decompression bomb; nothing refused is left in the folder.
-- ``load`` and ``save`` are what ``luna.agent.image_parts.StoredImages`` expects; they never
-  raise for a bad or missing file (None, logged).
-- Blocking: async callers use ``asyncio.to_thread``.
+- A file's name is the hash of its bytes: the same bytes are stored once, whoever sent them and
+  however often, and a file whose bytes no longer match its name is damaged (``verify``).
+- Writes are atomic and durable: a temporary file in the same folder, fsynced, renamed over
+  the name, the folder fsynced. A reader never sees half a file, and once ``write`` returns the
+  file survives a crash, so a message logged after it never refers to a file that is lost.
+- A reference becomes a path only after it is checked to be 64 lower-case hex digits: nothing
+  a sender chose (a name, a claimed type) ever names a file here.
+- Blocking (file I/O, hashing): async callers use ``asyncio.to_thread``.
 """
 
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
-import stat
+import re
 import tempfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from luna.attachments.images import (
-    DEFAULT_MAX_PIXELS,
-    DEFAULT_MAX_SIDE,
-    ImageRefusedError,
-    normalize,
-)
-from luna.errors import LunaError
-from luna.messages import Attachment
-
-if TYPE_CHECKING:
-    from luna.config import Config
-
-log = logging.getLogger(__name__)
+from luna.errors import AttachmentMissingError
 
 FOLDER = "attachments"
-NORMALIZED = "normalized"
-DEFAULT_MAX_BYTES = 20 * 1024 * 1024
-
-_MAGIC: tuple[tuple[bytes, str], ...] = (
-    (b"\x89PNG\r\n\x1a\n", "image/png"),
-    (b"\xff\xd8\xff", "image/jpeg"),
-    (b"GIF87a", "image/gif"),
-    (b"GIF89a", "image/gif"),
-    (b"BM", "image/bmp"),
-)
-
-
-class AttachmentRefusedError(LunaError):
-    """A file the store will not keep; the text is one line for the user."""
-
-
-def sniff_mime(data: bytes) -> str | None:
-    """The image MIME type the bytes' magic numbers say, or None (not an image we take)."""
-    if len(data) >= 12 and data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "image/webp"
-    for magic, mime in _MAGIC:
-        if data.startswith(magic):
-            return mime
-    return None
+DERIVED = "derived"
+_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 def attachments_dir(data_dir: Path) -> Path:
-    """``<data>/attachments``: next to the database."""
+    """Where a data folder keeps its attachments: ``<data>/attachments``."""
     return Path(data_dir) / FOLDER
 
 
-class AttachmentStore:
-    """Files by content hash under ``root``; see the module docstring."""
-
-    def __init__(
-        self,
-        root: Path,
-        max_side: int = DEFAULT_MAX_SIDE,
-        max_bytes: int = DEFAULT_MAX_BYTES,
-        max_pixels: int = DEFAULT_MAX_PIXELS,
-    ) -> None:
-        self.root = Path(root)
-        self.max_side = max_side
-        self.max_bytes = max_bytes
-        self.max_pixels = max_pixels
-
-    @classmethod
-    def for_config(cls, cfg: Config) -> AttachmentStore:
-        """The store of ``cfg``'s data folder, with its ``[attachments]`` limits."""
-        return cls(
-            attachments_dir(cfg.data_dir),
-            max_side=cfg.attachments.image_max_side,
-            max_bytes=int(cfg.attachments.max_file_mb * 1024 * 1024),
-        )
-
-    def path_of(self, sha256: str) -> Path:
-        return self.root / sha256[:2] / sha256
-
-    def normalized_path(self, sha256: str, mime: str) -> Path:
-        ext = "jpg" if mime == "image/jpeg" else "png"
-        return self.root / NORMALIZED / sha256[:2] / f"{sha256}.{self.max_side}.{ext}"
-
-    def put(self, data: bytes, name: str) -> Attachment:
-        """Keep ``data`` (an image) and return its Attachment; AttachmentRefusedError if not."""
-        label = name or "file"
-        if len(data) > self.max_bytes:
-            raise AttachmentRefusedError(
-                f"{label} refused: it is more than the "
-                f"{self.max_bytes / 1048576:.0f} MB limit (attachments.max_file_mb)"
-            )
-        mime = sniff_mime(data)
-        if mime is None:
-            raise AttachmentRefusedError(f"{label} refused: its bytes are not an image")
-        try:
-            normal_mime, normal = normalize(data, self.max_side, self.max_pixels)
-        except ImageRefusedError as e:
-            raise AttachmentRefusedError(f"{label}: {e}") from e
-        sha = hashlib.sha256(data).hexdigest()
-        write_once(self.path_of(sha), data)
-        write_once(self.normalized_path(sha, normal_mime), normal)
-        return Attachment("image", mime, name, len(data), sha)
-
-    def put_path(self, path: Path) -> Attachment:
-        """``put`` the file at ``path`` (a front-end's ``/attach``), named by its file name;
-        AttachmentRefusedError when it cannot be read, is too large or is not an image."""
-        try:
-            with path.open("rb") as f:
-                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                    raise AttachmentRefusedError(f"{path} refused: not a regular file")
-                data = f.read(self.max_bytes + 1)
-        except OSError as e:
-            raise AttachmentRefusedError(f"cannot read {path}: {e.strerror or e}") from e
-        return self.put(data, path.name)
-
-    def save(self, data: bytes, declared_mime: str, name: str) -> Attachment | None:
-        """``put`` for ``StoredImages``: None (logged) when refused. ``declared_mime`` is
-        only logged: the bytes say what they are."""
-        try:
-            return self.put(data, name)
-        except AttachmentRefusedError as e:
-            log.warning("attachment refused (declared %s): %s", declared_mime, e)
-            return None
-
-    def load(self, attachment: Attachment) -> tuple[str, bytes] | None:
-        """``(mime, normalized bytes)`` of a stored image, or None when gone or unreadable."""
-        sha = attachment.sha256
-        for mime in ("image/png", "image/jpeg"):
-            cached = self.normalized_path(sha, mime)
-            if cached.is_file():
-                return mime, cached.read_bytes()
-        try:
-            data = self.path_of(sha).read_bytes()
-        except OSError:
-            log.warning("attachment %s: its file is gone", sha[:12])
-            return None
-        try:
-            mime, normal = normalize(data, self.max_side, self.max_pixels)
-        except ImageRefusedError as e:
-            log.warning("attachment %s: %s", sha[:12], e)
-            return None
-        write_once(self.normalized_path(sha, mime), normal)
-        return mime, normal
+def is_reference(sha256: str) -> bool:
+    return bool(_HEX.fullmatch(sha256))
 
 
-def write_once(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically, unless a file is already there (same hash)."""
-    if path.is_file():
-        return
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """``data`` at ``path`` all at once and durably (temp file, fsync, rename, folder fsync)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:16]}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -180,8 +57,87 @@ def write_once(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
+    folder = os.open(path.parent, os.O_RDONLY)
     try:
-        os.fsync(dir_fd)
+        os.fsync(folder)
     finally:
-        os.close(dir_fd)
+        os.close(folder)
+
+
+class AttachmentStore:
+    """The content-addressed files of one data folder (blocking; see the module invariants)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def path(self, sha256: str) -> Path:
+        if not is_reference(sha256):
+            raise AttachmentMissingError(f"not an attachment reference: {sha256[:80]!r}")
+        return self.root / sha256[:2] / sha256
+
+    def write(self, data: bytes) -> str:
+        """Store ``data`` (once: the same bytes already stored are left as they are, unless
+        damaged); returns its reference, the hex SHA-256."""
+        sha = digest(data)
+        path = self.path(sha)
+        try:
+            if path.stat().st_size == len(data) and digest(path.read_bytes()) == sha:
+                return sha
+        except FileNotFoundError:
+            pass
+        write_atomic(path, data)
+        return sha
+
+    def read(self, sha256: str) -> bytes:
+        """The stored bytes; AttachmentMissingError when gone or no longer matching the hash."""
+        try:
+            data = self.path(sha256).read_bytes()
+        except FileNotFoundError:
+            raise AttachmentMissingError(f"attachment {sha256[:12]} is missing") from None
+        if digest(data) != sha256:
+            raise AttachmentMissingError(f"attachment {sha256[:12]} is damaged")
+        return data
+
+    def has(self, sha256: str) -> bool:
+        return is_reference(sha256) and self.path(sha256).is_file()
+
+    def verify(self, sha256: str) -> str | None:
+        """None when the file is there with the bytes its name promises, else what is wrong."""
+        try:
+            self.read(sha256)
+        except AttachmentMissingError as e:
+            return str(e)
+        except OSError as e:
+            return f"attachment {sha256[:12]} cannot be read: {e.strerror or e}"
+        return None
+
+    def remove(self, hashes: Iterable[str]) -> int:
+        """Delete these files and every derived copy of them; returns how many were stored."""
+        removed = 0
+        for sha in hashes:
+            path = self.path(sha)
+            if path.is_file():
+                path.unlink()
+                removed += 1
+            derived = self.root / DERIVED
+            if derived.is_dir():
+                for copy in derived.glob(f"*/{sha[:2]}/{sha}.*"):
+                    copy.unlink(missing_ok=True)
+        return removed
+
+    def hashes(self) -> Iterator[str]:
+        """The reference of every stored file (derived copies and temporary files left out)."""
+        if not self.root.is_dir():
+            return
+        for folder in sorted(self.root.iterdir()):
+            if len(folder.name) != 2 or not folder.is_dir():
+                continue
+            for path in sorted(folder.iterdir()):
+                if is_reference(path.name) and path.name.startswith(folder.name):
+                    yield path.name
+
+    def total_bytes(self) -> int:
+        """The size of the whole folder, derived copies included."""
+        if not self.root.is_dir():
+            return 0
+        return sum(p.stat().st_size for p in self.root.rglob("*") if p.is_file())

@@ -369,9 +369,9 @@ def mask_secret(value: str) -> str:
 
 def secret_values(cfg: Config) -> list[str]:
     """Secret strings that must never reach a log line, a tool or the model."""
-    values = (cfg.llm.api_key, cfg.discord.token, cfg.telegram.token, cfg.web.token)
+    secrets = (cfg.llm.api_key, cfg.discord.token, cfg.telegram.token, cfg.web.token)
     matrix = (cfg.matrix.access_token, cfg.matrix.password)
-    return [v for v in (*values, *cfg.extra_secrets, *matrix) if v]
+    return [v for v in (*secrets, *matrix, *cfg.extra_secrets) if v]
 
 
 def is_llm_endpoint_explicit(cfg: Config) -> bool:

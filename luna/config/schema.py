@@ -353,6 +353,21 @@ class SchedulerConfig(Section):
     heartbeat_to: Literal["auto", "repl", "discord", "telegram"] = "auto"
 
 
+class AttachmentsConfig(Section):
+    """Files that come with a message (``luna.attachments``): caps and the image size.
+
+    ``image_longest_side`` is what an image is downscaled to before a model sees it: Qwen3.5's
+    vision encoder spends one token per 32x32 pixels, so 1024 costs at most about 1,000 tokens
+    (a 4:3 photo 768) and keeps a screenshot's text readable.
+    """
+
+    max_bytes: Annotated[int, Field(ge=1024, le=1_000_000_000)] = 20_000_000
+    max_per_message: Annotated[int, Field(ge=1, le=100)] = 10
+    max_per_day: Annotated[int, Field(ge=1, le=100_000)] = 200
+    image_longest_side: Annotated[int, Field(ge=64, le=8192)] = 1024
+    max_pages: Annotated[int, Field(ge=1, le=100_000)] = 200
+
+
 class MCPConfig(Section):
     servers_file: Path = Path("mcp_servers.json")
     start_timeout: Annotated[float, Field(ge=1, le=600)] = 30.0
@@ -366,12 +381,6 @@ class SkillsConfig(Section):
     paths: list[Path] = Field(default_factory=list)
 
 
-class AttachmentsConfig(Section):
-    # Longest side of an image as the model gets it (1024×768 costs 770 tokens on Qwen3.5).
-    image_max_side: Annotated[int, Field(ge=64, le=8192)] = 1024
-    max_file_mb: Annotated[float, Field(gt=0, le=1024)] = 20.0
-
-
 class Config(BaseModel):
     """The whole configuration: one frozen section per TOML table, plus where it came from."""
 
@@ -382,8 +391,8 @@ class Config(BaseModel):
     agent: AgentConfig = Field(default_factory=AgentConfig)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     discord: DiscordConfig = Field(default_factory=DiscordConfig)
-    telegram: TelegramConfig = Field(default_factory=TelegramConfig)
     matrix: MatrixConfig = Field(default_factory=MatrixConfig)
+    telegram: TelegramConfig = Field(default_factory=TelegramConfig)
     observe: ObserveConfig = Field(default_factory=ObserveConfig)
     mcp: MCPConfig = Field(default_factory=MCPConfig)
     web: WebConfig = Field(default_factory=WebConfig)
@@ -413,8 +422,8 @@ SECTIONS: dict[str, type[Section]] = {
     "agent": AgentConfig,
     "tools": ToolsConfig,
     "discord": DiscordConfig,
-    "telegram": TelegramConfig,
     "matrix": MatrixConfig,
+    "telegram": TelegramConfig,
     "observe": ObserveConfig,
     "mcp": MCPConfig,
     "web": WebConfig,

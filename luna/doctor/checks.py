@@ -5,10 +5,10 @@ line under each ✗ and ⚠. Checks: config; LLM endpoint reachable, model alias
 size from ``/props``, a tool-call probe, reasoning format; embeddings load (ONNX export or
 torch, and why) and which recall mode served recent turns (from the event log); SQLite FTS5 and
 sqlite-vec; the database (quick_check, a lost file, the running Luna, backups, held messages);
-schema version; bubblewrap; each MCP server starts and lists tools; Discord token
-shape; free disk for the data folder; the web front-end's bind address, token and proxy
-(``doctor/web.py``); each webhook's secret, target and template (``doctor/hooks.py``);
-Pillow and the attachments folder (``doctor/attachments.py``).
+schema version; the attachments the log refers to (``doctor/attachments.py``); bubblewrap;
+each MCP server starts and lists tools; Discord token shape; free disk for the data folder;
+the web front-end's bind address, token and proxy (``doctor/web.py``); each webhook's
+secret, target and template (``doctor/hooks.py``).
 
 Invariants:
 - Exit code 1 when any *essential* check fails, else 0; degraded checks (⚠) never fail the run.
@@ -65,15 +65,15 @@ GROUP_TIMEOUTS = {
     "sqlite": 30.0,
     "database": 300.0,  # quick_check reads every page: seconds for a large database
     "schema": 30.0,
+    "attachments": 120.0,  # every referenced file is hashed: a second or two per GB
     "sandbox": 30.0,
     "mcp": 120.0,
     "discord": 5.0,
-    "telegram": 10.0,
     "matrix": 15.0,
+    "telegram": 10.0,
     "disk": 10.0,
     "web": 10.0,
     "hooks": 10.0,
-    "attachments": 30.0,
 }
 DISK_FAIL_BYTES = 200 * 1024**2
 DISK_WARN_BYTES = 2 * 1024**3
@@ -314,16 +314,16 @@ CHECKS: list[tuple[str, Check]] = [
     ("sqlite", check_sqlite),
     ("database", check_database),
     ("schema", check_schema),
+    ("attachments", check_attachments),
     ("sandbox", check_sandbox),
     ("mcp", check_mcp),
     ("discord", check_discord),
-    ("telegram", check_telegram),
     ("matrix", check_matrix),
+    ("telegram", check_telegram),
     ("disk", check_disk),
     ("web", check_web),
     ("hooks", check_hooks),
     ("skills", check_skills),
-    ("attachments", check_attachments),
 ]
 
 

@@ -27,8 +27,8 @@ from luna.config import Config
 MODULES = {
     "repl": "luna.frontends.repl",
     "discord": "luna.frontends.discord.bot",
-    "telegram": "luna.frontends.telegram.frontend",
     "matrix": "luna.frontends.matrix.frontend",
+    "telegram": "luna.frontends.telegram.frontend",
     "web": "luna.frontends.web",
 }
 
@@ -45,7 +45,7 @@ class Components:
     mcp: Any
     banner: str = ""
     scheduler: Any = None  # luna.scheduler.service.SchedulerService, or None when disabled
-    attachments: Any = None  # luna.attachments.AttachmentStore (files sent with a message)
+    intake: Any = None  # luna.attachments.intake.Intake: files sent with a message
 
 
 class Frontend(Protocol):
@@ -56,13 +56,15 @@ class Frontend(Protocol):
 
 
 def chosen(cfg: Config, mode: str) -> list[str]:
-    """The front-ends to run: ``repl`` on request, else the chat apps that are set up
-    (Discord and Telegram by their token, Matrix by a homeserver and a login; the REPL when
-    none is); plus ``web`` next to them when ``[web] enabled``. Mode ``web`` runs the web
-    front-end alone (a service without chat apps, where no terminal is attached)."""
+    """The front-ends to run: ``repl`` on request, else the chat apps that are configured
+    (Discord and Telegram by their token, Matrix by a homeserver and a login; the REPL when none
+    is); plus ``web`` next to them when ``[web] enabled``. Mode ``web`` runs the web front-end
+    alone (a service without chat apps, where no terminal is attached)."""
     if mode == "web":
         return ["web"]
-    chats = [name for name, is_set_up in CHAT_APPS.items() if is_set_up(cfg)]
+    chats = [name for name, token in CHAT_TOKENS.items() if token(cfg)]
+    if matrix_configured(cfg):
+        chats.append("matrix")
     names = ["repl"] if mode == "repl" or not chats else chats
     return [*names, "web"] if cfg.web.enabled else names
 

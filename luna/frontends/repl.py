@@ -30,12 +30,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from luna.attachments import AttachmentStore
+from luna.attachments.intake import Intake
 from luna.errors import LunaError
-from luna.frontends.attach import attach_path
 from luna.frontends.terminal import Palette, neutralize
+from luna.frontends.uploads import PendingFiles
 from luna.messages import (
-    Attachment,
     InboundMessage,
     ReasoningDelta,
     Status,
@@ -55,7 +54,7 @@ HELP = """Commands:
   /remember TEXT     store a memory
   /forget ID         delete a memory
   /memories [QUERY]  list memories, or search them
-  /attach PATH       send an image file with your next message
+  /attach PATH       send a file (image, PDF, document) with your next message
   /quit              exit (Ctrl-D works too)
 Ctrl-C cancels a running reply."""
 
@@ -76,7 +75,7 @@ def make(parts: Any, args: Any) -> Repl:
         banner=parts.banner,
         deliveries=getattr(parts.scheduler, "router", None),
         no_color=parts.cfg.no_color,
-        attachments=getattr(parts, "attachments", None),
+        intake=parts.intake,
     )
 
 
@@ -233,7 +232,7 @@ class Repl:
         banner: str = "",
         deliveries: Any = None,
         no_color: bool = False,
-        attachments: AttachmentStore | None = None,
+        intake: Intake | None = None,
     ) -> None:
         self.agent = agent
         self.memory = memory
@@ -251,8 +250,7 @@ class Repl:
         self._turn: asyncio.Task[None] | None = None
         self.stopping = asyncio.Event()
         self.has_failed_turn = False
-        self.attachments = attachments
-        self.attached: list[Attachment] = []  # /attach: they go with the next message
+        self.files = PendingFiles(intake)  # /attach: files for the next message
 
     def write(self, text: str) -> None:
         """Print text from anywhere: control sequences are shown, never obeyed."""
@@ -382,17 +380,19 @@ class Repl:
         )
         return (answer or "").strip().lower() in {"y", "yes"}
 
-    async def _run_turn(self, text: str) -> None:
+    async def _run_turn(self, typed: str) -> None:
+        text, attachments, refused = await self.files.take(typed)
+        for line in refused:
+            self.paint("error", f"  [not taken: {line}]\n")
         msg = InboundMessage(
             session_id=self.session_id,
             text=text,
+            attachments=attachments,
             frontend="repl",
             user_id="owner",
             scope="owner",
             approver=self._approve,
-            attachments=tuple(self.attached),
         )
-        self.attached.clear()
         prefix = "luna> " if self.interactive else ""
         self.write(prefix)
         at_line_start = not prefix
@@ -464,10 +464,8 @@ class Repl:
                 self.write("forgotten\n" if ok else f"no memory with id {arg}\n")
         elif cmd == "/memories":
             await self._memories(arg)
-        elif cmd == "/attach":  # luna.frontends.attach: one line, stored or why not
-            line, attachment = await attach_path(self.attachments, arg)
-            self.attached.extend([attachment] if attachment else [])
-            self.write(line + "\n")
+        elif cmd == "/attach":
+            self.write((self.files.add(arg) if arg else "usage: /attach PATH") + "\n")
         else:
             self.write(f"unknown command {cmd}; /help lists them\n")
         return False

@@ -142,6 +142,18 @@ def _history_page(store: Any, session_id: str, before_id: int | None, limit: int
     )
     has_more = len(rows) > limit
     page = [_message_json(r) for r in reversed(rows[:limit])]
+    if page:  # each message's files, by name (the page shows them under the message)
+        files = store.query(
+            """SELECT message_id, name, kind, size FROM message_attachments
+               WHERE message_id BETWEEN ? AND ? ORDER BY message_id, position""",
+            (page[0]["id"], page[-1]["id"]),
+        )
+        by_id: dict[int, list[dict[str, Any]]] = {}
+        for mid, name, kind, size in files:
+            by_id.setdefault(mid, []).append({"name": name, "kind": kind, "size": size})
+        for m in page:
+            if m["id"] in by_id:
+                m["files"] = by_id[m["id"]]
     return {"session_id": session_id, "messages": page, "has_more": has_more}
 
 

@@ -115,6 +115,18 @@ async def backup_cmd(args: argparse.Namespace, cfg: Config) -> int:
         f"backed up {cfg.memory.db_path} to {result.path}: {_size(result.size)}, "
         f"{result.messages} messages, {result.memories} memories ({result.seconds:.2f} s)"
     )
+    files = result.files
+    if files is not None and (files.copied or files.present or files.missing):
+        print(
+            f"attachments in {result.path.parent / 'attachments'}: {files.copied} copied, "
+            f"{files.present} already there"
+        )
+    if files is not None and files.missing:
+        print(
+            f"luna backup: {files.missing} attachments the log refers to are missing or "
+            "damaged in the data folder (see `luna doctor`)",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -145,6 +157,16 @@ async def restore_cmd(args: argparse.Namespace, cfg: Config) -> int:
     print(
         f"restored {db_path} from {args.file}: {done.messages} messages, {done.memories} memories"
     )
+    files = done.files
+    if files is not None and (files.copied or files.missing):
+        print(f"attachments: {files.copied} copied back, {files.present} already there")
+    if files is not None and files.missing:
+        print(
+            f"luna restore: {files.missing} attachments it refers to are not beside "
+            f"{args.file} (in {args.file.parent / 'attachments'}); their messages stay, the "
+            "files are gone",
+            file=sys.stderr,
+        )
     if done.aside:
         print(f"the previous database is kept as {done.aside[0]}")
     else:

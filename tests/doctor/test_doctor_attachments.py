@@ -1,34 +1,49 @@
-"""``luna doctor``'s attachments check over a real store in a temp data folder."""
+"""``luna doctor``'s attachments check on a real database and attachment store."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Callable
 
-from luna.attachments import AttachmentStore
-from luna.config import build_config
-from luna.doctor.attachments import check_attachments
-from tests.fakes.images import png
-
-
-async def doctor(tmp_path: Path) -> list[tuple[str, bool | None, bool, str]]:
-    env = {"MEMORY_DB_PATH": str(tmp_path / "data" / "luna.db")}
-    cfg = build_config({}, env, base_dir=tmp_path)
-    return [(r.name, r.ok, r.essential, r.detail) for r in await check_attachments(cfg)]
+from luna.attachments.intake import Intake, Upload
+from luna.config import Config
+from luna.doctor.checks import run_checks
+from luna.memory import Memory
+from tests.fakes.attachments import pdf, photo
 
 
-async def test_doctor_attachments_counts_the_store_and_warns_of_debris(tmp_path: Path) -> None:
-    root = tmp_path / "data" / "attachments"
-    (pillow, empty) = await doctor(tmp_path)
-    assert pillow[:2] == ("images", True) and "Pillow" in pillow[3]
-    assert empty[:2] == ("attachments", True) and "none stored yet" in empty[3]
-    store = AttachmentStore(root)
-    store.put(png(40, 30, seed=1), "a.png")
-    store.put(png(40, 30, seed=2), "b.png")
-    (_, counted) = await doctor(tmp_path)
-    assert counted[:2] == ("attachments", True) and counted[3].startswith("2 stored, ")
-    (root / "ab").mkdir(exist_ok=True)
-    (root / "ab" / ".abcdef.tmp").write_bytes(b"half")
-    (root / "photo.jpg").write_bytes(b"x")
-    (_, _, partial, stray) = await doctor(tmp_path)
-    assert partial[:3] == ("attachments", False, False) and "interrupted write" in partial[3]
-    assert stray[:3] == ("attachments", False, False) and "photo.jpg" in stray[3]
+async def _log_files(cfg: Config) -> list[str]:
+    """Two files taken by the intake and logged with a user message, as the agent does."""
+    got = await Intake(cfg).take_all(
+        [Upload("a.jpg", photo(200, 100)), Upload("b.pdf", pdf(["hi"]))]
+    )
+    memory = Memory(cfg.memory)
+    await memory.open(background=False)
+    try:
+        message = {
+            "role": "user",
+            "content": "files",
+            "attachments": [a.to_json() for a in got.attachments],
+        }
+        await memory.append_message("s1", message)
+    finally:
+        await memory.close()
+    return [a.sha256 for a in got.attachments]
+
+
+async def test_doctor_attachments_names_missing_and_damaged_files(
+    luna_config: Callable[..., Config],
+) -> None:
+    cfg = luna_config({"memory": {"embedding_process": False}})
+    (r,) = await run_checks(cfg, only=["attachments"])
+    assert r.ok is None and r.detail == "skipped (no attachments yet)"
+    photo_sha, pdf_sha = await _log_files(cfg)
+    (r,) = await run_checks(cfg, only=["attachments"])
+    assert r.ok and r.detail.startswith("2 referenced, ") and "attachments" in r.detail
+
+    store = cfg.data_dir / "attachments"
+    (store / pdf_sha[:2] / pdf_sha).write_bytes(b"%PDF- changed")
+    (store / photo_sha[:2] / photo_sha).unlink()
+    (r,) = await run_checks(cfg, only=["attachments"])
+    assert r.ok is False and not r.essential and r.mark == "⚠"
+    assert "2 missing or damaged (first: attachment " in r.detail
+    assert "luna restore" in r.fix

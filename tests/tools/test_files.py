@@ -202,3 +202,29 @@ async def test_read_file_huge_single_line_is_cut_in_constant_memory(tools_config
     # The long line is shown cut (not skipped forever), and the next line is still reachable.
     assert "yyyy" in out and "line cut" in out and "second line" in out, out[-500:]
     assert len(out) < cfg.tools.passthrough_bytes + 200
+
+
+async def test_read_file_reads_documents_as_text(tools_config, make_ctx) -> None:
+    from tests.fakes.attachments import docx, pdf, scanned_pdf
+
+    cfg = tools_config()
+    ws = cfg.agent.workspace
+    (ws / "report.pdf").write_bytes(pdf([f"Quarterly figure {i}" for i in range(1, 31)]))
+    (ws / "memo.docx").write_bytes(docx(["Dear team,", "the meeting moves to Friday."]))
+    (ws / "scan.pdf").write_bytes(scanned_pdf())
+    (ws / "locked.pdf").write_bytes(pdf(["secret"], password="pw"))
+    (ws / "archive.zip").write_bytes(b"PK\x03\x04" + b"\0" * 100)
+    reg = build_registry(cfg)
+    err, out = await run(reg, make_ctx(), "read_file", path="report.pdf", offset=3, limit=4)
+    assert not err, out
+    assert "report.pdf (PDF, " in out and " bytes; PDF, 30 pages), as text, lines 3-6" in out
+    assert "--- page 2 ---" in out and "Quarterly figure 3" in out and "figure 4" not in out
+    assert "continue with offset=7" in out
+    err, out = await run(reg, make_ctx(), "read_file", path="memo.docx")
+    assert not err and "Word document" in out and "the meeting moves to Friday." in out
+    err, out = await run(reg, make_ctx(), "read_file", path="scan.pdf")
+    assert not err and "no text layer" in out and "): no text to show" in out
+    err, out = await run(reg, make_ctx(), "read_file", path="locked.pdf")
+    assert not err and "PDF encrypted with a password: not read" in out
+    err, out = await run(reg, make_ctx(), "read_file", path="archive.zip")
+    assert err and "looks binary" in out

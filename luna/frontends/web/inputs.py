@@ -26,6 +26,7 @@ from luna.ids import id_rule, parse_id
 
 MAX_JSON_DEPTH = 64
 BODY_TIMEOUT_S = 60.0
+PARSE_IN_THREAD = 256 * 1024  # bytes of JSON past which parsing leaves the event loop
 _INT = re.compile(r"-?[0-9]{1,19}")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 
@@ -66,7 +67,11 @@ async def json_body(request: web.Request) -> dict[str, Any]:
         raise ApiError(408, f"the body took longer than {BODY_TIMEOUT_S:g} s to arrive") from None
     except web.HTTPRequestEntityTooLarge:
         raise ApiError(413, f"the body is larger than {request.client_max_size:,} bytes") from None
-    body = parse_json(raw)
+    # A body carrying a file (an image as a data: URL) is megabytes of JSON: parsed and walked
+    # in a thread, so the loop goes on serving the others.
+    body = (
+        await asyncio.to_thread(parse_json, raw) if len(raw) > PARSE_IN_THREAD else parse_json(raw)
+    )
     if not isinstance(body, dict):
         raise ApiError(400, "send a JSON object")
     return body

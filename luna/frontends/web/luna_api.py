@@ -21,13 +21,15 @@ from typing import Any
 from aiohttp import web
 
 from luna import __version__
-from luna.errors import MemoryStoreError
+from luna.errors import AttachmentError, MemoryStoreError
 from luna.frontends.web.auth import AUTH
 from luna.frontends.web.events import sse_stream
+from luna.frontends.web.files import form_uploads
 from luna.frontends.web.inputs import ApiError, error, json_body, path_id, query_int
 from luna.frontends.web.state import state
 from luna.frontends.web.turns import TurnRefusedError, new_session_id, valid_session_id
 from luna.memory import browse
+from luna.messages import Attachment
 
 # A memory is one fact, recalled into prompts next to others: 4,000 characters (about 1,000
 # tokens) holds a long paragraph, and keeps a handful of recalled memories within a prompt.
@@ -81,18 +83,35 @@ async def session_messages(request: web.Request) -> web.Response:
 
 
 async def post_message(request: web.Request) -> web.Response:
-    """``POST /api/sessions/{id}/messages`` ``{"text": …}``: starts a turn (202); its events
-    arrive on ``/api/events``."""
+    """``POST /api/sessions/{id}/messages``: starts a turn (202); its events arrive on
+    ``/api/events``. The body is JSON ``{"text": …}``, or ``multipart/form-data`` with a
+    ``text`` field and ``file`` parts (the page's attach, paste and drop); the answer lists
+    the files taken and a line for each refused one."""
     st = state(request)
-    body = await json_body(request)
-    text = body.get("text")
-    if not isinstance(text, str):
-        return error(400, "'text' must be a string")
+    session = _session_id(request)
+    files: tuple[Attachment, ...] = ()
+    refused: list[str] = []
+    if request.content_type == "multipart/form-data":
+        if st.intake is None:
+            return error(400, "this Luna takes no files")
+        try:
+            text, uploads = await form_uploads(await request.multipart(), st.cfg)
+        except (AttachmentError, ValueError) as e:
+            return error(400, f"the form cannot be read: {e}")
+        got = await st.intake.take_all(uploads, text)
+        text, files, refused = got.message_text(text), tuple(got.attachments), got.refusals
+    else:
+        body = await json_body(request)
+        text = body.get("text")
+        if not isinstance(text, str):
+            return error(400, "'text' must be a string")
     try:
-        turn = await st.runner.start(_session_id(request), text, source="page")
+        turn = await st.runner.start(session, text, source="page", attachments=files)
     except TurnRefusedError as e:
         return error(e.status, str(e))
-    return web.json_response({"turn_id": turn.id, "session_id": turn.session_id}, status=202)
+    taken = [{"name": a.name, "kind": a.kind, "mime": a.mime, "size": a.size} for a in files]
+    answer = {"turn_id": turn.id, "session_id": turn.session_id, "files": taken}
+    return web.json_response({**answer, "refused": refused}, status=202)
 
 
 async def events(request: web.Request) -> web.StreamResponse:

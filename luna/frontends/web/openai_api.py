@@ -15,9 +15,9 @@ Invariants:
   chunk when ``stream_options.include_usage`` asks, then ``[DONE]``.
 - ``finish_reason`` is ``length`` when the server cut the final reply at max_tokens (it said
   so), else ``stop``, streaming or not.
-- A new message's ``image_url`` parts (``data:`` URLs, ``http(s)`` through web_fetch's SSRF
-  guard) go with it as attachments (:mod:`luna.frontends.web.image_input`); an image that
-  cannot be taken is a 400 naming why.
+- The last message's ``image_url`` parts (``data:`` URLs, or ``http(s)`` URLs fetched through
+  web_fetch's SSRF guard) go through the attachments intake; a refused one is a line the
+  model reads, never a silently dropped part.
 - Luna's tools run inside the turn (approvals on the page); the client sees only the reply.
   Client-side ``tools`` are not offered to the model and are ignored.
 - A dropped client does not cancel the turn (see :mod:`luna.frontends.web.turns`).
@@ -32,18 +32,20 @@ from typing import Any
 from aiohttp import web
 
 from luna.frontends.web.events import sse_bytes
-from luna.frontends.web.image_input import ImageInputError, stored_images
+from luna.frontends.web.files import image_url_upload
 from luna.frontends.web.inputs import ApiError, json_body
 from luna.frontends.web.reconcile import (
     Reconciled,
     RequestError,
     conversation,
+    image_urls,
     reconcile,
     session_for,
 )
-from luna.frontends.web.state import state
+from luna.frontends.web.state import WebState, state
 from luna.frontends.web.turns import TurnRefusedError, valid_session_id
 from luna.memory.browse import conversation_tail
+from luna.messages import Attachment
 from luna.observe import log_event
 
 MODEL = "luna"
@@ -145,11 +147,11 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     if decision.outcome == "replayed":
         return await _replay(request, decision, cid, headers, is_stream, include_usage)
     try:
-        images = await stored_images(st.cfg, st.attachments, body["messages"][-1].get("content"))
-    except ImageInputError as e:
+        urls = image_urls(body["messages"][-1].get("content"))
+        text, files = await _with_files(st, decision.text, urls)
+        turn = await st.runner.start(session, text, source="api", attachments=files)
+    except RequestError as e:
         return openai_error(400, str(e))
-    try:
-        turn = await st.runner.start(session, decision.text, source="api", attachments=images)
     except TurnRefusedError as e:
         kind = "server_error" if e.status >= 500 else "invalid_request_error"
         return openai_error(e.status, str(e), kind)
@@ -186,6 +188,20 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     except ConnectionError:
         pass  # the client left; the turn goes on and its reply is logged
     return resp
+
+
+async def _with_files(
+    st: WebState, text: str, urls: list[str]
+) -> tuple[str, tuple[Attachment, ...]]:
+    """The message text and attachments once the intake has taken the images (a refused one
+    is a line in the text: the model tells the client)."""
+    if not urls:
+        return text, ()
+    if st.intake is None:
+        raise RequestError("this Luna takes no files")
+    uploads = [image_url_upload(st.cfg, url, i) for i, url in enumerate(urls, 1)]
+    got = await st.intake.take_all(uploads, text)
+    return got.message_text(text), tuple(got.attachments)
 
 
 def _stream_response(headers: dict[str, str]) -> web.StreamResponse:

@@ -6,11 +6,13 @@ Luna keeps the history; an OpenAI client resends its whole conversation with eve
 page or REPL session can be continued from an API client). Otherwise the ``user`` field names
 it as ``api:<user>``; with neither, the session is ``api:default``.
 
+**Images.** The last message's ``image_url`` parts are its files (``image_urls``); in the
+client's earlier messages only the text is compared.
+
 **Which messages.** Only the client's *last* message is new, and it must be a user message.
 Everything before it is the client's copy of the conversation, compared (never logged) with
 the tail of the session log: user messages and Luna's final replies, text trimmed, system and
-tool messages ignored (Luna has its own system prompt and ran its own tools); images are not
-compared (the new message's ``image_url`` parts are taken by ``image_input``). Then:
+tool messages ignored (Luna has its own system prompt and ran its own tools). Then:
 
 - ``continued``: the client's earlier messages are the log's tail (or there are none): the last
   message is logged and answered as a new turn. Nothing is ever logged twice.
@@ -68,7 +70,22 @@ def content_text(content: Any) -> str:
             elif isinstance(part, str):
                 parts.append(part)
         return "\n".join(parts)
-    raise RequestError("message content must be a string or a list of text and image parts")
+    raise RequestError("message content must be a string or a list of text parts")
+
+
+def image_urls(content: Any) -> list[str]:
+    """The URLs of a message's ``image_url`` parts (``data:`` or ``http(s)``), in order."""
+    if not isinstance(content, list):
+        return []
+    urls = []
+    for part in content:
+        if isinstance(part, dict) and part.get("type") == "image_url":
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, dict) else image
+            if not isinstance(url, str) or not url:
+                raise RequestError("an image_url part needs a 'url' string")
+            urls.append(url)
+    return urls
 
 
 def conversation(messages: Any) -> list[tuple[str, str]]:
@@ -90,15 +107,9 @@ def conversation(messages: Any) -> list[tuple[str, str]]:
         out.append((role, text))
     if not out or out[-1][0] != "user" or messages[-1].get("role") != "user":
         raise RequestError("the last message must be the user's new message")
-    if not out[-1][1].strip() and not _has_image(messages[-1].get("content")):
+    if not out[-1][1].strip() and not image_urls(messages[-1].get("content")):
         raise RequestError("the last user message is empty")
     return out
-
-
-def _has_image(content: Any) -> bool:
-    return isinstance(content, list) and any(
-        isinstance(p, dict) and p.get("type") == "image_url" for p in content
-    )
 
 
 def _same(a: list[tuple[str, str]], b: list[tuple[str, str]]) -> bool:

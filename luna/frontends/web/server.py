@@ -90,9 +90,10 @@ async def index(request: web.Request) -> web.FileResponse:
 
 def build_app(st: WebState) -> web.Application:
     """The aiohttp application over the running parts in ``st``."""
-    # A body may carry an image as a data: URL: attachments.max_file_mb in base64, and text.
-    image_body = int(st.cfg.attachments.max_file_mb * 1024 * 1024 * 4 / 3) + MAX_BODY_BYTES
-    app = web.Application(middlewares=[guard_middleware(st.guard)], client_max_size=image_body)
+    # A JSON body may carry one file of attachments.max_bytes as a base64 data: URL (the
+    # OpenAI API's image_url); the page's files come as multipart parts, read as a stream.
+    body_cap = MAX_BODY_BYTES + st.cfg.attachments.max_bytes * 4 // 3
+    app = web.Application(middlewares=[guard_middleware(st.guard)], client_max_size=body_cap)
     app[STATE] = st
     app.on_response_prepare.append(add_security_headers)
     app.add_routes(
@@ -135,7 +136,7 @@ class WebFrontend:
             broker=broker,
             runner=runner,
             scheduler=getattr(parts, "scheduler", None),
-            attachments=getattr(parts, "attachments", None),
+            intake=getattr(parts, "intake", None),
         )
         self.hook_worker: HookWorker | None = None
         if cfg.hooks:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from luna.attachments.intake import Intake
 from luna.config import Config
 from luna.frontends.web.approvals import ApprovalBroker
 from luna.frontends.web.auth import Guard
@@ -33,7 +34,7 @@ class WebState:
     runner: TurnRunner
     scheduler: Any = None  # luna.scheduler.service.SchedulerService, or None when it is off
     hooks: HookDoor | None = None  # None when no [hooks.*] is configured
-    attachments: Any = None  # luna.attachments.AttachmentStore: images a client sends
+    intake: Intake | None = None  # files sent with a message (None: files are refused)
     doctor_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 

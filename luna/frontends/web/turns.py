@@ -122,7 +122,8 @@ class TurnRunner:
         source: str,
         attachments: tuple[Attachment, ...] = (),
     ) -> Turn:
-        """Start a turn; raises TurnRefusedError for what the web never runs."""
+        """Start a turn (``attachments``: taken by the intake already); raises
+        TurnRefusedError for what the web never runs."""
         if not self.is_accepting:
             raise TurnRefusedError("Luna is shutting down; send that again in a moment.", 503)
         if not valid_session_id(session_id):
@@ -154,7 +155,8 @@ class TurnRunner:
             attachments=attachments,
         )
         self._running[turn.id] = turn
-        self._emit(turn, {"type": "turn_started", "text": text, "source": source})
+        files = [{"name": a.name, "kind": a.kind, "size": a.size} for a in attachments]
+        self._emit(turn, {"type": "turn_started", "text": text, "source": source, "files": files})
         task = asyncio.create_task(self._run(turn, msg), name=f"web-turn-{turn.id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

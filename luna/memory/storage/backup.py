@@ -16,6 +16,8 @@ Invariants:
   the current database aside (with its ``-wal``/``-shm``), never deleting it.
 - Writing a backup, restoring and the daily backup hold the data commands' lock
   (``luna.memory.storage.maintenance``): one at a time per folder, and their temp files are tracked.
+- The attachments a backup's database refers to are copied beside it, and back at a restore
+  (``luna.memory.storage.backup_files``).
 - Blocking; async callers use ``asyncio.to_thread`` (:class:`DailyBackups` does).
 """
 
@@ -32,7 +34,8 @@ from pathlib import Path
 
 from luna import datafolder
 from luna.errors import DatabaseCorruptError, DataFolderInUseError, MemoryStoreError
-from luna.memory.storage import db
+from luna.memory.storage import backup_files, db
+from luna.memory.storage.backup_files import Copied
 from luna.memory.storage.maintenance import TMP_PREFIX, MaintenanceLock, held
 from luna.observe import log_event
 
@@ -50,6 +53,7 @@ class BackupResult:
     messages: int
     memories: int
     seconds: float
+    files: Copied | None = None  # the attachments copied beside it (backup_files)
 
 
 def stamp(now: dt.datetime | None = None) -> str:
@@ -103,8 +107,9 @@ def make_backup(
         _fsync(target.parent)
     finally:
         tmp.unlink(missing_ok=True)
+    files = backup_files.copy_out(db_path.parent, target)
     took = time.monotonic() - started
-    result = BackupResult(target, target.stat().st_size, messages, memories, took)
+    result = BackupResult(target, target.stat().st_size, messages, memories, took, files)
     log_event(
         "memory_op", op="backup", duration_ms=round(took * 1000, 1), count=messages, auto=auto
     )
@@ -186,6 +191,7 @@ class Restored:
     messages: int
     memories: int
     aside: list[Path]
+    files: Copied | None = None  # the attachments copied back (backup_files)
 
 
 def restore_file(db_path: Path, source: Path, lock: MaintenanceLock | None = None) -> Restored:
@@ -210,7 +216,8 @@ def restore_file(db_path: Path, source: Path, lock: MaintenanceLock | None = Non
         _fsync(db_path.parent)
     finally:
         tmp.unlink(missing_ok=True)
-    return Restored(messages, memories, aside)
+    files = backup_files.copy_in(source, db_path.parent, db_path)
+    return Restored(messages, memories, aside, files)
 
 
 def auto_backups(db_path: Path) -> list[Path]:
@@ -224,6 +231,8 @@ def rotate(db_path: Path, keep: int) -> list[Path]:
     stale = auto_backups(db_path)[:-keep] if keep > 0 else []
     for path in stale:
         path.unlink(missing_ok=True)
+    if stale:  # the attachments only the deleted backups referred to go too
+        backup_files.prune(datafolder.backups_dir(db_path))
     return stale
 
 

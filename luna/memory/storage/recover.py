@@ -50,6 +50,8 @@ BASE_TABLES = (
     "message_attachments",
     "image_descriptions",
     "matrix_sync",
+    "channel_cursors",
+    "channel_turns",
 )
 SQLITE_HEADER = b"SQLite format 3\x00"
 REPORTED = ("messages", "memories", "sessions", "summaries", "scheduled_tasks")

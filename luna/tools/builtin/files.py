@@ -10,6 +10,8 @@ Invariants:
   readable or writable, even when a configured root contains them.
 - After opening, the real path of the open descriptor is checked again, so a symlink swapped
   in between the check and the open cannot redirect the tool.
+- A PDF or Office file is read as text through the attachments' conversion
+  (``luna.attachments.documents``: a child process, pages capped), shown by line window.
 - File work runs in a thread; outputs stay under ``tools.passthrough_bytes`` so a read never
   turns into another saved large output.
 """
@@ -17,12 +19,15 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
+from luna.attachments.documents import LABELS, convert, is_convertible
+from luna.attachments.sniff import TEXT, sniff
 from luna.config import Config
 from luna.errors import ToolError
 from luna.skills.library import readable_roots
@@ -31,6 +36,7 @@ from luna.tools.sandbox import protected_paths
 
 MAX_READ_BYTES = 20_000_000  # files above this are read by line window only up to this size
 BINARY_SNIFF = 8192
+DOCUMENT_MAGIC = (b"%PDF-", b"PK\x03\x04")  # PDF, and the zip every Office file is
 MAX_LINE_BYTES = 4096  # a longer line is shown cut; the rest of it is skipped unread-into-memory
 
 
@@ -108,7 +114,8 @@ def _base(ctx: ToolContext, policy: PathPolicy) -> Path:
     return policy.workspace
 
 
-def _read(policy: PathPolicy, path: Path, offset: int, limit: int, budget: int) -> str:
+def _open_checked(policy: PathPolicy, path: Path) -> tuple[BinaryIO, os.stat_result]:
+    """``path`` opened for reading after every check (see the module invariants)."""
     policy.check(path, write=False)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -118,51 +125,92 @@ def _read(policy: PathPolicy, path: Path, offset: int, limit: int, budget: int) 
         raise ToolError(f"{path} is a directory; use list_directory") from None
     except OSError as e:
         raise ToolError(f"cannot open {path}: {e.strerror}") from e
-    with os.fdopen(fd, "rb") as f:
+    f = os.fdopen(fd, "rb")
+    try:
         policy.check_fd(f.fileno(), write=False)
         st = os.fstat(f.fileno())
         if stat.S_ISDIR(st.st_mode):
             raise ToolError(f"{path} is a directory; use list_directory")
         if not stat.S_ISREG(st.st_mode):
             raise ToolError(f"{path} is not a regular file")
-        if b"\0" in f.read(BINARY_SNIFF):
+    except BaseException:
+        f.close()
+        raise
+    return f, st
+
+
+def _read(
+    policy: PathPolicy, path: Path, offset: int, limit: int, budget: int, doc_cap: int
+) -> str | bytes:
+    """A line window of a text file; or, for a PDF or an Office file (a zip), its bytes, for
+    the caller to convert (at most ``doc_cap`` of them)."""
+    f, st = _open_checked(policy, path)
+    with f:
+        head = f.read(BINARY_SNIFF)
+        if head.startswith(DOCUMENT_MAGIC):
+            if st.st_size > doc_cap:
+                raise ToolError(
+                    f"{path} is a {st.st_size:,}-byte document; documents over {doc_cap:,} "
+                    "bytes (attachments.max_bytes) are not converted"
+                )
+            return head + f.read(doc_cap)
+        if b"\0" in head:
             raise ToolError(f"{path} looks binary ({st.st_size} bytes); not shown")
         f.seek(0)
-        out: list[str] = []
-        used = 0
-        line_no = 0
-        more = False
-        for raw, length in _lines(f, MAX_LINE_BYTES, MAX_READ_BYTES):
-            line_no += 1
-            if raw is None:  # the byte cap was reached inside the file
-                more = True
-                break
-            if line_no < offset:
-                continue
-            if line_no >= offset + limit:
-                more = True
-                break
-            line = raw.decode("utf-8", "replace").rstrip("\n")
-            if length > len(raw):
-                line = f"{line} [... line cut after {len(raw)} of {length} bytes]"
-            entry = f"{line_no:>6}\t{line}"
-            if used + len(entry) + 1 > budget:
-                if not out:  # one line wider than the budget: show its start
-                    out.append(entry[: max(budget - 100, 100)] + " [... line cut ...]")
-                    line_no += 1
-                out.append(
-                    f"[... stopped at line {line_no}: output limit; read on with "
-                    f"offset={line_no} ...]"
-                )
-                more = False
-                break
-            out.append(entry)
-            used += len(entry) + 1
+        return _window(f, f"{path} ({st.st_size} bytes)", offset, limit, budget)
+
+
+def _window(f: BinaryIO, title: str, offset: int, limit: int, budget: int) -> str:
+    """Lines ``offset`` to ``offset + limit - 1`` of ``f``, numbered, within ``budget``."""
+    out: list[str] = []
+    used = 0
+    line_no = 0
+    more = False
+    for raw, length in _lines(f, MAX_LINE_BYTES, MAX_READ_BYTES):
+        line_no += 1
+        if raw is None:  # the byte cap was reached inside the file
+            more = True
+            break
+        if line_no < offset:
+            continue
+        if line_no >= offset + limit:
+            more = True
+            break
+        line = raw.decode("utf-8", "replace").rstrip("\n")
+        if length > len(raw):
+            line = f"{line} [... line cut after {len(raw)} of {length} bytes]"
+        entry = f"{line_no:>6}\t{line}"
+        if used + len(entry) + 1 > budget:
+            if not out:  # one line wider than the budget: show its start
+                out.append(entry[: max(budget - 100, 100)] + " [... line cut ...]")
+                line_no += 1
+            out.append(
+                f"[... stopped at line {line_no}: output limit; read on with offset={line_no} ...]"
+            )
+            more = False
+            break
+        out.append(entry)
+        used += len(entry) + 1
     if not out:
-        return f"{path}: no lines at offset {offset} (the file has {line_no} lines)"
-    header = f"{path} ({st.st_size} bytes), lines {offset}-{min(line_no, offset + limit - 1)}"
+        return f"{title}: no lines at offset {offset} (it has {line_no} lines)"
+    header = f"{title}, lines {offset}-{min(line_no, offset + limit - 1)}"
     footer = f"\n[more lines follow; continue with offset={offset + limit}]" if more else ""
     return header + "\n" + "\n".join(out) + footer
+
+
+async def _document(
+    path: Path, data: bytes, offset: int, limit: int, budget: int, max_pages: int
+) -> str:
+    """A workspace document read through the attachments' conversion, as a line window."""
+    sniffed = await asyncio.to_thread(sniff, data)
+    if not is_convertible(sniffed.mime) or sniffed.mime == TEXT:
+        raise ToolError(f"{path} looks binary ({len(data)} bytes, {sniffed.mime}); not shown")
+    doc = await convert(data, sniffed.mime, max_pages)
+    title = f"{path} ({LABELS[sniffed.mime]}, {len(data)} bytes; {doc.note})"
+    if not doc.text.strip():
+        return f"{title}: no text to show"
+    text = io.BytesIO(doc.text.encode("utf-8"))
+    return await asyncio.to_thread(_window, text, f"{title}, as text", offset, limit, budget)
 
 
 def _write(policy: PathPolicy, path: Path, content: str, append: bool) -> str:
@@ -226,10 +274,12 @@ def _list(policy: PathPolicy, root: Path, recursive: bool, depth: int, max_entri
 def register(reg: ToolRegistry, cfg: Config) -> None:
     policy = PathPolicy(cfg)
     budget = max(cfg.tools.passthrough_bytes - 500, 1000)
+    doc_cap = cfg.attachments.max_bytes
 
     @reg.tool(level="allow")
     async def read_file(path: str, offset: int = 1, limit: int = 200, *, ctx: ToolContext) -> str:
         """Read a text file from the workspace (or a saved tool output), by line window.
+        A PDF, Word, Excel or PowerPoint file is read as its text.
 
         Args:
             path: File path, relative to the workspace or absolute.
@@ -237,7 +287,11 @@ def register(reg: ToolRegistry, cfg: Config) -> None:
             limit: Maximum number of lines to show.
         """
         p = policy.resolve(path, _base(ctx, policy))
-        return await asyncio.to_thread(_read, policy, p, max(offset, 1), max(limit, 1), budget)
+        offset, limit = max(offset, 1), max(limit, 1)
+        got = await asyncio.to_thread(_read, policy, p, offset, limit, budget, doc_cap)
+        if isinstance(got, bytes):
+            return await _document(p, got, offset, limit, budget, cfg.attachments.max_pages)
+        return got
 
     @reg.tool(level="ask")
     async def write_file(path: str, content: str, append: bool = False, *, ctx: ToolContext) -> str:

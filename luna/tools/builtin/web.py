@@ -96,47 +96,33 @@ def html_to_markdown(html: str, base_url: str) -> str:
     return conv.handle(html)
 
 
-@dataclass(frozen=True)
-class Fetched:
-    """What one guarded GET gave: the final URL (after redirects) and the body, capped."""
-
-    url: str
-    status: int
-    ctype: str  # the content-type, lower-cased ("" when none)
-    body: bytes
-    truncated: bool
-    encoding: str
-
-
 async def fetch(cfg: Config, url: str, max_bytes: int | None = None) -> tuple[str, str]:
     """(final url, text) of a page, with the SSRF checks described in the module docstring."""
-    cap = min(max_bytes or cfg.tools.fetch_max_bytes, cfg.tools.fetch_max_bytes)
-    got = await fetch_raw(cfg, url, cap)
-    url = got.url
-    text = got.body.decode(got.encoding, "replace")
-    if got.status >= 400:
-        raise ToolError(f"{url} answered HTTP {got.status}: {text[:300]}")
-    if got.ctype and not any(t in got.ctype for t in TEXT_TYPES):
-        raise ToolError(f"{url} is {got.ctype.split(';')[0]}, not text; not fetched")
-    if "html" in got.ctype or (not got.ctype and "<html" in text[:1000].lower()):
-        text = await asyncio.to_thread(html_to_markdown, text, url)
-    if got.truncated:
-        text += f"\n\n[page cut at {cap} bytes]"
-    return url, text
-
-
-async def fetch_raw(cfg: Config, url: str, cap: int) -> Fetched:
-    """One GET with the SSRF checks of the module docstring (every redirect hop checked), the
-    body cut at ``cap`` bytes, the whole bounded by ``tools.fetch_timeout``; ToolError if not."""
     try:
-        return await _fetch(cfg, url, cap)
+        return await _fetch(cfg, url, max_bytes)
     except TimeoutError as e:
         raise ToolError(
             f"fetching {url} took longer than {cfg.tools.fetch_timeout:g} s (tools.fetch_timeout)"
         ) from e
 
 
-async def _fetch(cfg: Config, url: str, cap: int) -> Fetched:
+@dataclass(frozen=True)
+class Fetched:
+    """What one checked GET gave, after its redirects: the body read up to the cap."""
+
+    url: str  # the final URL
+    status: int
+    content_type: str  # lower-cased, parameters kept
+    encoding: str
+    body: bytes
+    is_truncated: bool  # the body went on past the cap
+
+
+async def fetch_bytes(cfg: Config, url: str, cap: int) -> Fetched:
+    """GET ``url`` with every SSRF check of the module docstring (each redirect hop checked
+    again, the connection pinned to the checked address), the body cut at ``cap`` bytes, the
+    whole bounded by ``tools.fetch_timeout`` (TimeoutError past it). ToolError when refused
+    or failed. The one guarded fetch: ``web_fetch`` and image URLs sent to Luna both use it."""
     timeout = cfg.tools.fetch_timeout
     async with (
         asyncio.timeout(timeout),
@@ -164,12 +150,33 @@ async def _fetch(cfg: Config, url: str, cap: int) -> Fetched:
                         url = urljoin(url, resp.headers["location"])
                         continue
                     body, truncated = await _read_capped(resp, cap)
-                    ctype = resp.headers.get("content-type", "").lower()
-                    encoding = resp.encoding or "utf-8"
-                    return Fetched(url, resp.status_code, ctype, body, truncated, encoding)
+                    return Fetched(
+                        url,
+                        resp.status_code,
+                        resp.headers.get("content-type", "").lower(),
+                        resp.encoding or "utf-8",
+                        body,
+                        truncated,
+                    )
             except httpx.HTTPError as e:
                 raise ToolError(f"could not fetch {url}: {type(e).__name__} {e}") from e
     raise ToolError(f"too many redirects (more than {MAX_REDIRECTS}) starting at the given URL")
+
+
+async def _fetch(cfg: Config, url: str, max_bytes: int | None) -> tuple[str, str]:
+    cap = min(max_bytes or cfg.tools.fetch_max_bytes, cfg.tools.fetch_max_bytes)
+    got = await fetch_bytes(cfg, url, cap)
+    url, ctype, status = got.url, got.content_type, got.status
+    text = got.body.decode(got.encoding, "replace")
+    if status >= 400:
+        raise ToolError(f"{url} answered HTTP {status}: {text[:300]}")
+    if ctype and not any(t in ctype for t in TEXT_TYPES):
+        raise ToolError(f"{url} is {ctype.split(';')[0]}, not text; not fetched")
+    if "html" in ctype or (not ctype and "<html" in text[:1000].lower()):
+        text = await asyncio.to_thread(html_to_markdown, text, url)
+    if got.is_truncated:
+        text += f"\n\n[page cut at {cap} bytes]"
+    return url, text
 
 
 async def _read_capped(resp: httpx.Response, cap: int) -> tuple[bytes, bool]:

@@ -21,7 +21,7 @@ import pytest
 from luna import observe
 from luna.agent import Agent
 from luna.agent.image_parts import StoredImages
-from luna.attachments import AttachmentStore
+from luna.attachments.intake import Intake
 from luna.config import Config, secret_values
 from luna.frontends import Components
 from luna.frontends.web import WebFrontend
@@ -111,15 +111,16 @@ async def web_luna(luna_config: Callable[..., Config]) -> AsyncIterator[Callable
         await memory.open(background=False)
         llm = LLMClient(cfg.llm)
         registry = web_registry(cfg)
-        store = AttachmentStore.for_config(cfg)  # as app.py builds it
-        agent = Agent(cfg, llm, memory, registry, images=StoredImages(store.load, store.save))
+        intake = Intake(cfg)
+        images = StoredImages(intake.images.load, intake.images.save)
+        agent = Agent(cfg, llm, memory, registry, images=images)
         service = None
         if scheduler:  # the app's scheduler on a hand-moved clock (tests call tick_once)
             schedule.register(registry, cfg)
             service = SchedulerService(cfg, memory, agent, registry, clock=ManualClock(START))
             registry.scheduler = ToolPort(service.api)
         parts = Components(
-            cfg, agent, memory, llm, registry, None, scheduler=service, attachments=store
+            cfg, agent, memory, llm, registry, None, scheduler=service, intake=intake
         )
         frontend = WebFrontend(parts, announce=False)
         stop = asyncio.Event()

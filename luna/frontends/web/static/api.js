@@ -44,10 +44,12 @@ async function failure(resp) {
 }
 
 export async function api(path, { method = "GET", body } = {}) {
+  // A FormData body (files) is sent as multipart: the browser writes its Content-Type.
+  const isForm = body instanceof FormData;
   const resp = await fetch(path, {
     method,
-    headers: headers(body === undefined ? {} : { "Content-Type": "application/json" }),
-    body: body === undefined ? undefined : JSON.stringify(body),
+    headers: headers(body === undefined || isForm ? {} : { "Content-Type": "application/json" }),
+    body: body === undefined || isForm ? body : JSON.stringify(body),
     credentials: "same-origin",
   });
   if (!resp.ok) throw await failure(resp);

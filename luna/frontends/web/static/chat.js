@@ -5,6 +5,7 @@
 
 import { api } from "./api.js";
 import { approvalCard } from "./approvals.js";
+import { clearFiles, initAttachments, pendingFiles } from "./attachments.js";
 import { $, clear, el, setText, short } from "./dom.js";
 import { renderMarkdown } from "./markdown.js";
 
@@ -79,10 +80,17 @@ function finishTool(line, isError, seconds, preview) {
 
 // ---- history -------------------------------------------------------------------------
 
+function fileLine(file) {
+  return el("div", { class: "file muted small" }, `attached: ${file.name}`);
+}
+
 function renderMessages(list, container) {
   const tools = new Map();
   for (const m of list) {
-    if (m.role === "user") container.append(bubble("user", m.content));
+    if (m.role === "user") {
+      container.append(bubble("user", m.content));
+      for (const file of m.files || []) container.append(fileLine(file));
+    }
     else if (m.role === "assistant") {
       if (m.content) container.append(bubble("assistant", m.content));
       for (const call of m.tool_calls || []) {
@@ -226,6 +234,7 @@ export function onEvent(event) {
   switch (event.type) {
     case "turn_started":
       turn.box.append(bubble("user", event.text));
+      for (const file of event.files || []) turn.box.append(fileLine(file));
       turn.typing = el("div", { class: "typing muted" }, "Luna is thinking…");
       turn.box.append(turn.typing);
       break;
@@ -275,17 +284,29 @@ export function onEvent(event) {
   keepBottom(wasNear);
 }
 
+function formWith(text, files) {
+  const form = new FormData();
+  form.append("text", text);
+  for (const file of files) form.append("file", file, file.name);
+  return form;
+}
+
 async function send(event) {
   event.preventDefault();
   const input = $("#input");
   const text = input.value;
-  if (!text.trim() || !current) return;
+  const files = pendingFiles();
+  if ((!text.trim() && !files.length) || !current) return;
   input.value = "";
+  clearFiles();
   try {
-    await api(`/api/sessions/${encodeURIComponent(current)}/messages`, {
+    const sent = await api(`/api/sessions/${encodeURIComponent(current)}/messages`, {
       method: "POST",
-      body: { text },
+      body: files.length ? formWith(text, files) : { text },
     });
+    for (const line of sent?.refused || []) {
+      messages().append(el("div", { class: "msg error refused" }, `not taken: ${line}`));
+    }
   } catch (err) {
     messages().append(el("div", { class: "msg error" }, `not sent: ${err.message}`));
     input.value = text;
@@ -295,6 +316,7 @@ async function send(event) {
 export async function init() {
   $("#new-session").addEventListener("click", newSession);
   $("#composer").addEventListener("submit", send);
+  initAttachments();
   $("#input").addEventListener("keydown", (event) => {
     if (event.key === "Enter" && !event.shiftKey) {
       event.preventDefault();
