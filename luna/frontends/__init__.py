@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -30,6 +29,12 @@ MODULES = {
     "matrix": "luna.frontends.matrix.frontend",
     "telegram": "luna.frontends.telegram.frontend",
     "web": "luna.frontends.web",
+}
+
+# The chat apps, and the setting that turns each on.
+CHAT_TOKENS = {
+    "discord": lambda cfg: cfg.discord.token,
+    "telegram": lambda cfg: cfg.telegram.token,
 }
 
 
@@ -73,14 +78,6 @@ def matrix_configured(cfg: Config) -> bool:
     """A homeserver and a login: Luna runs the Matrix front-end."""
     m = cfg.matrix
     return bool(m.homeserver and (m.access_token or m.password))
-
-
-# The chat apps, and what turns each on.
-CHAT_APPS: dict[str, Callable[[Config], object]] = {
-    "discord": lambda cfg: cfg.discord.token,
-    "telegram": lambda cfg: cfg.telegram.token,
-    "matrix": matrix_configured,
-}
 
 
 def check(names: list[str], cfg: Config, mode: str = "auto") -> None:
