@@ -144,7 +144,15 @@ def setup(
         root.addHandler(handler)
     root.setLevel(level.upper())
     # Third-party chatter stays at WARNING unless we debug.
-    for noisy in ("httpx", "httpcore", "openai", "discord", "mcp", "sentence_transformers"):
+    for noisy in (
+        "httpx",
+        "httpcore",
+        "openai",
+        "discord",
+        "telegram",
+        "mcp",
+        "sentence_transformers",
+    ):
         logging.getLogger(noisy).setLevel(logging.WARNING if level.upper() != "DEBUG" else "DEBUG")
 
 

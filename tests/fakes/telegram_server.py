@@ -264,14 +264,14 @@ class FakeTelegram:
         return params
 
     async def _api(self, request: web.Request) -> web.Response:
-        if request.match_info["token"] != self.token:
-            return web.json_response({"ok": False, "error_code": 401,
-                                      "description": "Unauthorized"}, status=401)  # fmt: skip
         method = request.match_info["method"]
         params = await self._params(request)
         params["_at"] = time.monotonic()
         with self._lock:
-            self.calls.append((method, params))
+            self.calls.append((method, params))  # refused ones too
+            if request.match_info["token"] != self.token:
+                return web.json_response({"ok": False, "error_code": 401,
+                                          "description": "Unauthorized"}, status=401)  # fmt: skip
             fault = self._take_fault(method, params)
         try:
             if fault is not None:

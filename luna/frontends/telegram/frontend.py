@@ -1,9 +1,10 @@
 """Luna's Telegram front-end: the bot's lifecycle around the channel layer.
 
 Job: :class:`TelegramFrontend` keeps the front-end contract (``luna/frontends/__init__.py``):
-it logs in (getMe), finishes turns a dead process left unanswered, then reads updates by
-long polling (the default) or a webhook until ``stop``; messages go to the channel layer,
-button presses to its approvals. :func:`check` refuses a malformed ``TELEGRAM_TOKEN``.
+it logs in (getMe, retried while Telegram is unreachable), finishes turns a dead process left
+unanswered, then reads updates by long polling (the default) or a webhook until ``stop``;
+messages go to the channel layer, button presses to its approvals. :func:`check` refuses a
+malformed ``TELEGRAM_TOKEN``.
 
 Invariants:
 - An update is acknowledged (the offset moves past it) only once it started no turn or its
@@ -31,13 +32,14 @@ from luna.config.secrets import telegram_token_problem
 from luna.errors import ConfigError, LunaError
 from luna.frontends.channels.access import Access
 from luna.frontends.channels.channel import Channel, ChannelSettings
+from luna.frontends.channels.contract import ChannelError
 from luna.frontends.channels.cursor import ChannelLedger
 from luna.frontends.channels.delivery import ScheduledDelivery
 from luna.frontends.channels.sending import attempt
 from luna.frontends.telegram.adapter import NO, YES, TelegramAdapter
 from luna.frontends.telegram.calls import SetupError, call
 from luna.frontends.telegram.offsets import Offsets, TelegramReceipts
-from luna.frontends.telegram.polling import poll
+from luna.frontends.telegram.polling import MAX_BACKOFF, poll
 from luna.frontends.telegram.updates import ID_PREFIX, event_from_json, event_of
 from luna.frontends.telegram.webhook import WebhookServer
 from luna.observe import log_event
@@ -108,7 +110,8 @@ class TelegramFrontend:
 
     async def run(self, stop: asyncio.Event) -> None:
         try:
-            await call(self.bot.initialize())  # getMe: the token works
+            if not await self._log_in(stop):
+                return
             me = self.bot.bot
             ledger = ChannelLedger(self.memory.store, "telegram", str(me.id))
             self.offsets = offsets = Offsets(int(await ledger.cursor() or 0))
@@ -131,6 +134,21 @@ class TelegramFrontend:
             raise LunaError(str(e)) from e
         finally:
             await self._close()
+
+    async def _log_in(self, stop: asyncio.Event) -> bool:
+        """getMe until it works (Telegram unreachable at boot is waited out, doubling to
+        ``MAX_BACKOFF``); False when stopped first. A refused token raises SetupError."""
+        backoff = 1.0
+        while not stop.is_set():
+            try:
+                await call(self.bot.initialize())
+                return True
+            except ChannelError as e:
+                log.warning("telegram: cannot reach the Bot API (%s); again in %.0fs", e, backoff)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), backoff)
+                backoff = min(MAX_BACKOFF, backoff * 2)
+        return False
 
     async def _serve(
         self, stop: asyncio.Event, offsets: Offsets, receipts: TelegramReceipts

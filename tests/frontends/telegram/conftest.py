@@ -77,12 +77,16 @@ async def start_luna(
     running: list[tuple[Running, LLMClient]] = []
 
     async def start(
-        telegram_cfg: dict[str, Any] | None = None, *, clock: Any = None, **sections: Any
+        telegram_cfg: dict[str, Any] | None = None,
+        *,
+        clock: Any = None,
+        token: str = TOKEN,
+        **sections: Any,
     ) -> Running:
         data: dict[str, Any] = {"telegram": telegram_section(telegram, **(telegram_cfg or {}))}
         data.setdefault("llm", {"max_retries": 0})
         data.update(sections)
-        cfg = luna_config(data, env={"TELEGRAM_TOKEN": TOKEN})
+        cfg = luna_config(data, env={"TELEGRAM_TOKEN": token})
         memory = Memory(cfg.memory)
         await memory.open(background=False, use_vectors=False)  # keyword recall: no model load
         llm = LLMClient(cfg.llm)

@@ -7,6 +7,9 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
+from luna.errors import LunaError
 from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.fakes.telegram_server import BOT_ID, FakeTelegram
 from tests.frontends.telegram.conftest import FORUM, FRIEND, GROUP, OWNER, STRANGER
@@ -215,3 +218,23 @@ async def test_telegram_message_telegram_finds_too_long_is_halved_not_lost(
     parts = telegram.shown(OWNER)
     assert len(parts) >= 2 and all(len(p) <= 3000 for p in parts)
     assert " ".join(parts).split() == reply.split()  # whole, once
+
+
+async def test_telegram_unreachable_at_start_is_waited_out(
+    start_luna: Callable[..., Any], telegram: FakeTelegram, llm_server: FakeLLMServer
+) -> None:
+    telegram.fault("getMe", status=502, times=2, description="Bad Gateway")
+    await start_luna()
+    llm_server.script(Reply(content="Up now."))
+    telegram.message(OWNER, "hello?")
+    await telegram.wait_for(lambda: telegram.shown(OWNER) == ["Up now."])
+    assert len(telegram.called("getMe")) == 3
+
+
+async def test_telegram_refused_token_stops_the_front_end_with_one_line(
+    start_luna: Callable[..., Any], telegram: FakeTelegram
+) -> None:
+    luna = await start_luna(token="999:" + "x" * 35)
+    with pytest.raises(LunaError, match="Telegram refused TELEGRAM_TOKEN"):
+        await asyncio.wait_for(luna.task, 10)
+    assert "x" * 35 not in str(luna.task.exception())
