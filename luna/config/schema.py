@@ -239,7 +239,8 @@ class DiscordConfig(Section):
     reply_in_threads: bool = True
     burst_window: Annotated[float, Field(ge=0, le=60)] = 1.5
     edit_interval: Annotated[float, Field(ge=0.2, le=60)] = 1.2
-    max_attachment_bytes: Annotated[int, Field(ge=0, le=25_000_000)] = 100_000
+    # Largest file downloaded from a message (attachments.max_bytes applies too).
+    max_attachment_bytes: Annotated[int, Field(ge=0, le=25_000_000)] = 25_000_000
 
 
 MXID_PATTERN = r"@[^:\s]+:[^\s]+"

@@ -20,6 +20,8 @@ import pytest
 from discord.ext.test import backend, callbacks, factories
 
 from luna.agent import Agent
+from luna.agent.image_parts import StoredImages
+from luna.attachments.intake import Intake
 from luna.config import Config
 from luna.frontends.channels.pipeline import Batch, SessionPipeline
 from luna.frontends.discord.bot import LunaBot
@@ -194,8 +196,10 @@ async def make_harness(
         memory.embedder = _EMBEDDERS.setdefault(key, memory.embedder)
         await memory.open(background=False)
         llm = LLMClient(cfg.llm)
-        agent = Agent(cfg, llm, memory, tools_registry(cfg))
-        bot = LunaBot(cfg, agent, memory)
+        intake = Intake(cfg)  # files, and the images the agent shows, as the app builds them
+        images = StoredImages(intake.images.load, intake.images.save)
+        agent = Agent(cfg, llm, memory, tools_registry(cfg), images=images)
+        bot = LunaBot(cfg, agent, memory, intake)
         turns = TurnCounter()
         bot.channel.pipeline = SessionPipeline(
             turns.wrap(bot.channel.run_batch), burst_window=cfg.discord.burst_window
@@ -227,6 +231,7 @@ async def make_harness(
 
     yield make
     for bot, memory, llm in opened:
+        await bot.agent.drain(0)  # the image describer's background work stops too
         await bot.channel.aclose()
         await llm.close()
         await memory.close()
