@@ -29,6 +29,7 @@ from luna.llm import LLMClient
 from luna.memory import Memory
 from luna.memory.embedding.embeddings import Embedder
 from luna.tools.registry import ToolRegistry
+from tests.fakes.file_host import FileHost
 from tests.fakes.tools import echo_registry
 
 OWNER_ID = 111_111_111_111_111_111
@@ -174,6 +175,14 @@ class Harness:
 
     async def dm_channel(self, member: discord.Member) -> discord.DMChannel:
         return await member.create_dm()
+
+
+@pytest.fixture
+async def cdn() -> AsyncIterator[FileHost]:
+    """A loopback stand-in for Discord's CDN, where a test's attachments are downloaded."""
+    host = await FileHost().start()
+    yield host
+    await host.stop()
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """Files sent on Discord through the real bot (dpytest), the channel layer and the attachments
-intake, downloaded from a loopback stand-in for Discord's CDN (tests/fakes/file_host.py): a
+intake, downloaded from a loopback stand-in for Discord's CDN (the ``cdn`` fixture): a
 photo reaches the scripted model as an image part when it sees and as a line when it does
 not; a PDF's and a text file's words are read; an oversized file is refused without being
 downloaded whole; a broken download is one line and the bot goes on."""
@@ -7,12 +7,11 @@ downloaded whole; a broken download is one line and the bot goes on."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import discord
 import discord.ext.test as dpytest
-import pytest
 from discord.ext.test import backend, factories
 
 from luna.agent.sight import BLIND_NOTICE
@@ -21,13 +20,6 @@ from tests.fakes.file_host import FileHost
 from tests.fakes.llm_server import FakeLLMServer, Reply
 
 MB = 1024 * 1024
-
-
-@pytest.fixture
-async def cdn() -> AsyncIterator[FileHost]:
-    host = await FileHost().start()
-    yield host
-    await host.stop()
 
 
 async def send(h: Any, text: str, files: list[tuple[str, str, int, str | None]]) -> None:
