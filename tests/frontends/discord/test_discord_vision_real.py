@@ -26,8 +26,9 @@ async def test_discord_photo_is_decoded_by_the_real_vision_server(
     make_harness: Callable[..., Any], real_llama: Callable[..., RealLlama], cdn: FileHost
 ) -> None:
     real = await asyncio.to_thread(real_llama, "luna", vision=True)
+    # Not the harness's max_retries = 0 (meant for scripted servers): a real one gets the usual.
     llm = {"endpoint": real.url, "model": ALIAS, "max_tokens": 24, "temperature": 0.0,
-           "timeout": 300.0, "max_retries": 0}  # fmt: skip
+           "timeout": 300.0}  # fmt: skip
     h = await make_harness(llm=llm, memory={"librarian": False})
     h.agent.tools_enabled = False  # as for the demo model: noise must not call tools
     before = decoded(real)
