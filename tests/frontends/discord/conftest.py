@@ -203,6 +203,9 @@ async def make_harness(
         memory = Memory(cfg.memory)
         key = (cfg.memory.embedding_model, cfg.memory.embedding_dim)
         memory.embedder = _EMBEDDERS.setdefault(key, memory.embedder)
+        # The process's first load of the model (long on a busy box) happens here, outside the
+        # time limits a test sets for its turns (as the web harness does).
+        await asyncio.to_thread(memory.embedder.load)
         await memory.open(background=False)
         llm = LLMClient(cfg.llm)
         intake = Intake(cfg)  # files, and the images the agent shows, as the app builds them
