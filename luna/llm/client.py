@@ -7,7 +7,8 @@ Invariants:
 - Every request goes through :func:`luna.llm.wire.normalize_messages` (valid UTF-8, one system
   message, tool-call arguments that parse as JSON objects, no ``null`` content or reasoning).
 - Connection errors, HTTP 429, 502, 503 and 504 are retried with exponential backoff
-  (``llm.max_retries``, ``llm.retry_backoff``). A llama-server that answers 503 because it is
+  (``llm.max_retries``, ``llm.retry_backoff``); a kept-alive connection the server dropped
+  as the request went out is retried at once. A llama-server that answers 503 because it is
   still loading its model is waited for (up to ``llm.timeout``) and the caller is told once.
   A stream is only retried before it has produced anything.
 - Other refusals are not retried: HTTP 400 ``exceed_context_size_error`` becomes
@@ -37,7 +38,13 @@ import openai
 
 from luna.config import LLMConfig
 from luna.errors import LLMError, LLMRejectedError
-from luna.llm.failures import is_loading, is_retryable, retry_after, translate
+from luna.llm.failures import (
+    is_loading,
+    is_retryable,
+    is_stale_connection,
+    retry_after,
+    translate,
+)
 from luna.llm.markup import StreamFilter, clean_reply
 from luna.llm.server_info import ServerInfo
 from luna.llm.slots import SlotPlan
@@ -397,6 +404,8 @@ class LLMClient:
                 if attempt >= self.cfg.max_retries or not is_retryable(e):
                     raise self._translate(e) from e
                 delay = retry_after(e) or self.cfg.retry_backoff * (2**attempt)
+                if attempt == 0 and is_stale_connection(e):
+                    delay = 0.0  # a dropped idle connection: the next one is fresh
                 attempt += 1
                 _log.warning(
                     "LLM call failed (%s), retry %d/%d in %.2fs",
