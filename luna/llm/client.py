@@ -38,13 +38,7 @@ import openai
 
 from luna.config import LLMConfig
 from luna.errors import LLMError, LLMRejectedError
-from luna.llm.failures import (
-    is_loading,
-    is_retryable,
-    is_stale_connection,
-    retry_after,
-    translate,
-)
+from luna.llm.failures import is_loading, is_retryable, is_stale_connection, retry_after, translate
 from luna.llm.markup import StreamFilter, clean_reply
 from luna.llm.server_info import ServerInfo
 from luna.llm.slots import SlotPlan
