@@ -57,8 +57,11 @@ from luna.agent.sight import ImageSource, Sight, TurnSight
 from luna.agent.subagent import WRAP_UP_NOTE, TurnBudget, run_subagent
 from luna.config import Config
 from luna.errors import DatabaseBusyError, DatabaseCorruptError, LLMError, LunaError
+from luna.llm.contract import ChatModel
 from luna.llm.stream import Progress
 from luna.memory import format_recall
+from luna.memory.contract import SessionMemory
+from luna.memory.librarian import Librarian
 from luna.memory.storage.request_log import RequestLog
 from luna.messages import (
     AgentEvent,
@@ -73,6 +76,7 @@ from luna.messages import (
     clean_text,
 )
 from luna.tasks import finish_or_cancel
+from luna.tools.contract import ToolRunner
 from luna.tools.registry import ToolContext
 
 log = logging.getLogger(__name__)
@@ -91,14 +95,14 @@ class Agent:
     def __init__(
         self,
         cfg: Config,
-        llm: Any,
-        memory: Any,
-        registry: Any,
-        librarian: Any | None = None,
+        llm: ChatModel,
+        memory: SessionMemory,
+        registry: ToolRunner,
+        librarian: Librarian | None = None,
         requests: RequestLog | None = None,
         *,
-        background_llm: Any | None = None,
-        subagent_llm: Any | None = None,
+        background_llm: ChatModel | None = None,
+        subagent_llm: ChatModel | None = None,
         images: ImageSource | None = None,
     ) -> None:
         self.cfg = cfg

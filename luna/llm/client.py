@@ -37,11 +37,12 @@ import openai
 
 from luna.config import LLMConfig
 from luna.errors import LLMError, LLMRejectedError
+from luna.llm.contract import ProgressCallback, RequestRecorder, TextCallback
 from luna.llm.failures import is_loading, is_retryable, retry_after, translate
 from luna.llm.markup import StreamFilter, clean_reply
 from luna.llm.server_info import ServerInfo
 from luna.llm.slots import SlotPlan
-from luna.llm.stream import Progress, StreamAccumulator, reasoning_of, usage_of
+from luna.llm.stream import StreamAccumulator, reasoning_of, usage_of
 from luna.llm.transport import Utf8RepairingTransport
 from luna.llm.vision import count_images, text_of, without_images
 from luna.llm.wire import normalize_messages, sdk_kwargs, wire_body
@@ -50,12 +51,6 @@ from luna.observe import TURN_DETAIL, log_event
 
 _log = logging.getLogger(__name__)
 
-TextCallback = Callable[[str], Awaitable[None]]
-ProgressCallback = Callable[[Progress], Awaitable[None]]
-# Told the exact JSON body of each request and what came of it (the request log).
-RequestRecorder = Callable[
-    [dict[str, Any], "LLMResponse | None", "LLMError | None"], Awaitable[None]
-]
 NO_KEY = "sk-no-key-required"
 LOADING_POLL = 1.0
 WAITING_FOR_LOAD = "the LLM server is still loading its model; waiting…"

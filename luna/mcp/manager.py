@@ -220,7 +220,7 @@ class MCPManager:
             return ToolResult(f"Unknown MCP tool '{qualified_name}'. Known: {known}", True)
         return await server.call(original, arguments, report)
 
-    # ---- the registry's provider (luna.tools.registry.ToolProvider) ------------------------
+    # ---- the registry's provider (luna.tools.contract.ToolProvider) ------------------------
 
     def owns(self, name: str) -> bool:
         return "__" in name  # every MCP tool is server__tool; no native tool name has "__"

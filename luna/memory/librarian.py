@@ -28,7 +28,7 @@ import json
 import logging
 import re
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from luna.config import Config
 from luna.errors import LLMError
@@ -36,6 +36,10 @@ from luna.llm.markup import strip_think
 from luna.memory.storage import session_log
 from luna.messages import LoggedMessage
 from luna.observe import log_event
+
+if TYPE_CHECKING:
+    from luna.llm.contract import ChatModel
+    from luna.memory import Memory
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +130,7 @@ def _image_lines(message: LoggedMessage, described: dict[str, str]) -> list[str]
 class Librarian:
     """Runs compaction/extraction passes in the background, one per session at a time."""
 
-    def __init__(self, memory: Any, llm: Any, cfg: Config) -> None:
+    def __init__(self, memory: Memory, llm: ChatModel, cfg: Config) -> None:
         self.memory = memory
         self.llm = llm
         self.cfg = cfg
