@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -41,6 +42,7 @@ from luna.agent.calls import run_round, vet_calls
 from luna.agent.describer import ImageDescriber
 from luna.agent.fit import ContextFit
 from luna.agent.head import Head, SessionHeads
+from luna.agent.images import ImageSource
 from luna.agent.notes import EMPTY_REPLY, now_in, round_limit_note
 from luna.agent.prompt import (
     as_sent,
@@ -53,7 +55,7 @@ from luna.agent.prompt import (
 )
 from luna.agent.recorder import request_recorder
 from luna.agent.recovery import ModelCall
-from luna.agent.sight import ImageSource, Sight, TurnSight
+from luna.agent.sight import Sight, TurnSight
 from luna.agent.subagent import WRAP_UP_NOTE, TurnBudget, run_subagent
 from luna.config import Config
 from luna.errors import DatabaseBusyError, DatabaseCorruptError, LLMError, LunaError
@@ -312,7 +314,9 @@ class Agent:
             resp, sent = await call(
                 messages + extra,
                 send_tools,
-                lambda m, t=send_tools: self._stream(m, t, emit, msg.session_id),
+                functools.partial(
+                    self._stream, tools=send_tools, emit=emit, session_id=msg.session_id
+                ),
             )
             messages = sent[: len(sent) - len(extra)] if extra else sent
             usage = resp.usage or usage

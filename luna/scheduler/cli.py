@@ -21,8 +21,8 @@ from luna.config import Config
 from luna.errors import NoSuchTaskError, ScheduleError
 from luna.ids import id_argument
 from luna.messages import clean_text, neutralize, terminal_json
-from luna.scheduler.api import open_schedules, owner_target, task_json, task_line
-from luna.scheduler.model import Requester, TaskRequest
+from luna.scheduler.api import open_schedules, task_json, task_line
+from luna.scheduler.model import Requester, TaskRequest, owner_target
 
 
 def add_parser(subparsers: Any) -> None:

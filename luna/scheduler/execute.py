@@ -18,13 +18,17 @@ import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from luna.config import Config
 from luna.messages import InboundMessage, ToolStarted, TurnDone, TurnFailed
 from luna.scheduler import rights
 from luna.scheduler.model import OWNER, Task
 from luna.scheduler.timing import describe
+from luna.tools.registry import ToolRegistry
+
+if TYPE_CHECKING:  # the agent runs the turn; only its type here
+    from luna.agent import Agent
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +77,7 @@ def denied_note(denied: tuple[str, ...], run: str) -> str:
     )
 
 
-def asked_tools(registry: Any, names: list[str], frontend: str) -> tuple[str, ...]:
+def asked_tools(registry: ToolRegistry, names: list[str], frontend: str) -> tuple[str, ...]:
     """The tools among ``names`` at level ``ask`` on ``frontend``: in a run nobody can
     approve, each of them was denied."""
     out = []
@@ -87,7 +91,7 @@ def asked_tools(registry: Any, names: list[str], frontend: str) -> tuple[str, ..
 class TurnExecutor:
     """Runs a task's prompt through the agent and reports what happened."""
 
-    def __init__(self, cfg: Config, agent: Any, registry: Any) -> None:
+    def __init__(self, cfg: Config, agent: Agent, registry: ToolRegistry) -> None:
         self.cfg = cfg
         self.agent = agent
         self.registry = registry

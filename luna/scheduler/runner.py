@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -101,7 +102,7 @@ class Runner:
                 self._run(task, run_id), name=f"scheduled-{task.id}"
             )
             self._turns[task.id] = turn
-            turn.add_done_callback(lambda _t, tid=task.id: self._turns.pop(tid, None))
+            turn.add_done_callback(functools.partial(self._turn_ended, task.id))
         if report.fired or report.missed or report.broken:
             self.router.kick()
         if report.fired or report.started or report.missed:
@@ -113,6 +114,9 @@ class Runner:
                 broken=report.broken,
             )
         return report
+
+    def _turn_ended(self, task_id: int, _turn: asyncio.Task[None]) -> None:
+        self._turns.pop(task_id, None)
 
     def claim_due(self, now: dt.datetime, room: int) -> TickReport:
         """Blocking: fire due reminders, claim up to ``room`` prompts, mark late ones missed."""

@@ -30,7 +30,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 import jsonschema
 
@@ -53,6 +53,8 @@ log = logging.getLogger(__name__)
 
 SubAgentRunner = Callable[[str, "list[str] | None", "Path | None"], Awaitable[str]]
 Handler = Callable[[dict[str, Any], "ToolContext"], Awaitable["ToolResult | str"]]
+# A native tool: an async function whose parameters are its JSON schema (and maybe ``ctx``).
+ToolFn = TypeVar("ToolFn", bound=Callable[..., Awaitable["ToolResult | str"]])
 Expose = Literal["direct", "catalog"]
 
 DEFAULT_TOOL_TIMEOUT = 300.0
@@ -127,27 +129,51 @@ class ToolRegistry:
 
     # ---- registration -----------------------------------------------------------------
 
+    @overload
     def tool(
         self,
-        fn: Callable[..., Awaitable[Any]] | None = None,
+        fn: ToolFn,
         *,
         name: str | None = None,
         level: PermissionLevel = "allow",
         expose: Expose = "direct",
         timeout: float | None = DEFAULT_TOOL_TIMEOUT,
         guest: bool = False,
-    ) -> Any:
+    ) -> ToolFn: ...
+
+    @overload
+    def tool(
+        self,
+        fn: None = None,
+        *,
+        name: str | None = None,
+        level: PermissionLevel = "allow",
+        expose: Expose = "direct",
+        timeout: float | None = DEFAULT_TOOL_TIMEOUT,
+        guest: bool = False,
+    ) -> Callable[[ToolFn], ToolFn]: ...
+
+    def tool(
+        self,
+        fn: ToolFn | None = None,
+        *,
+        name: str | None = None,
+        level: PermissionLevel = "allow",
+        expose: Expose = "direct",
+        timeout: float | None = DEFAULT_TOOL_TIMEOUT,
+        guest: bool = False,
+    ) -> ToolFn | Callable[[ToolFn], ToolFn]:
         """Decorator: register an async function; a parameter named ``ctx`` gets the context.
 
         ``guest=True`` offers the tool even in turns without tool rights (a stranger's), where
         it is the only kind that may run; it must check ``ctx.user_id`` itself.
         """
 
-        def wrap(f: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        def wrap(f: ToolFn) -> ToolFn:
             description, parameters = schema_from_function(f)
             wants_ctx = "ctx" in inspect.signature(f).parameters
 
-            async def handler(arguments: dict[str, Any], ctx: ToolContext) -> Any:
+            async def handler(arguments: dict[str, Any], ctx: ToolContext) -> ToolResult | str:
                 if wants_ctx:
                     return await f(ctx=ctx, **arguments)
                 return await f(**arguments)
