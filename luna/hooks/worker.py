@@ -30,7 +30,7 @@ from luna.messages import Frontend, InboundMessage, ToolStarted, TurnDone, TurnF
 from luna.observe import log_event
 from luna.scheduler.delivery import DeliveryRouter
 from luna.scheduler.execute import asked_tools, denied_note, is_silent
-from luna.scheduler.model import NewDelivery, Target
+from luna.scheduler.model import DeliveryKind, NewDelivery, Target
 from luna.tasks import finish_or_cancel
 
 log = logging.getLogger(__name__)
@@ -184,7 +184,7 @@ class HookWorker:
     ) -> None:
         delivery = None
         if text is not None and target is not None:
-            kind = "result" if state == "done" else "notice"
+            kind: DeliveryKind = "result" if state == "done" else "notice"
             delivery = NewDelivery(kind, target, text, session_id=None, scope="owner")
         await asyncio.to_thread(
             self.store.finish, event.id, _now(), state=state, reply=reply, error=error,

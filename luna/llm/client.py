@@ -76,8 +76,10 @@ class LLMClient:
             base_url=self.endpoint,
             api_key=cfg.api_key or NO_KEY,
             max_retries=0,
-            timeout=self._timeout,
-            http_client=self._http,
+            # openai 3.x takes an httpx client as well as an httpx2 one (is_legacy_httpx_*
+            # in its _base_client), but its annotations name only httpx2's types.
+            timeout=self._timeout,  # type: ignore[arg-type]
+            http_client=self._http,  # type: ignore[arg-type]
         )
         self._info: ServerInfo | None = None
         self._info_checked = False
@@ -104,7 +106,7 @@ class LLMClient:
             return self._info  # unknown for now; ask again next time
         self._info_checked = True
         is_llama = isinstance(props, dict) and "default_generation_settings" in props
-        self._info = ServerInfo.from_props(props) if is_llama else None
+        self._info = ServerInfo.from_props(props) if is_llama and props else None
         return self._info
 
     @property

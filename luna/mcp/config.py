@@ -36,6 +36,7 @@ Invariants:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -214,32 +215,32 @@ def _build_spec(name: str, raw: Any, environ: Mapping[str, str], call_timeout: f
         entry = _Entry.model_validate(raw)
     except ValidationError as e:
         raise ConfigError(_one_line(e)) from None
-    common = {
-        "name": name,
-        "transport": entry.chosen_transport,
-        "enabled": entry.enabled,
-        "timeout": float(entry.timeout if entry.timeout is not None else call_timeout),
-        "expose": entry.expose,
-        "permission": entry.permission,
-    }
+    common = ServerSpec(
+        name=name,
+        transport=entry.chosen_transport,
+        enabled=entry.enabled,
+        timeout=float(entry.timeout if entry.timeout is not None else call_timeout),
+        expose=entry.expose,
+        permission=entry.permission,
+    )
     if entry.chosen_transport == "http":
         url = _expand(entry.url or "", environ, "url")
         if not url.startswith(("http://", "https://")):
             raise ConfigError("http transport needs a 'url' starting with http:// or https://")
         headers = entry.headers or {}
-        return ServerSpec(
+        return dataclasses.replace(
+            common,
             url=url,
             headers={k: _expand(v, environ, f"headers.{k}") for k, v in headers.items()},
-            **common,
         )
     command = _expand(entry.command or "", environ, "command")
     cwd = _expand(entry.cwd, environ, "cwd") if entry.cwd else ""
-    return ServerSpec(
+    return dataclasses.replace(
+        common,
         command=sys.executable if command in ("python", "python3") else command,
         args=[_expand(a, environ, f"args[{i}]") for i, a in enumerate(entry.args or [])],
         env={k: _expand(v, environ, f"env.{k}") for k, v in (entry.env or {}).items()},
         cwd=Path(cwd).expanduser() if cwd else None,
-        **common,
     )
 
 

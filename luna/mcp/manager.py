@@ -117,11 +117,14 @@ class MCPManager:
             else:
                 task = asyncio.create_task(self._boot(server), name=f"mcp-boot-{spec.name}")
                 self._boots[spec.name] = task
-                task.add_done_callback(lambda _t, name=spec.name: self._boots.pop(name, None))
+                task.add_done_callback(functools.partial(self._booted, spec.name))
         if any(s.spec.enabled and not s.spec.error for s in self.servers.values()):
             ResourceReader(self.servers).register(self.registry)
         if early is not None and early.processes:  # entries filtered out by ``only``
             await asyncio.to_thread(early.stop_unclaimed)
+
+    def _booted(self, name: str, _boot: asyncio.Task[None]) -> None:
+        self._boots.pop(name, None)
 
     async def _boot(self, server: ServerConnection) -> None:
         async with server.lock:

@@ -24,6 +24,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import re
@@ -162,7 +163,7 @@ class Librarian:
             name=f"librarian-{session_id}",
         )
         self._running[session_id] = task
-        task.add_done_callback(lambda t, sid=session_id: self._done(sid, t))
+        task.add_done_callback(functools.partial(self._done, session_id))
         return True
 
     def _done(self, session_id: str, task: asyncio.Task[None]) -> None:

@@ -50,8 +50,8 @@ async def _channel(client: discord.Client, channel_id: int) -> discord.abc.Messa
     if channel is not None:
         return channel  # type: ignore[return-value]
     try:
-        fetched: Any = await call(client.fetch_channel(channel_id))
-        return fetched
+        fetched = await call(client.fetch_channel(channel_id))
+        return fetched if isinstance(fetched, discord.abc.Messageable) else None
     except (MessageGoneError, UnreachableError):
         return None
 

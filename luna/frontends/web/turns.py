@@ -79,8 +79,8 @@ class Turn:
     async def follow(self) -> AsyncIterator[dict[str, Any]]:
         """Every event of the turn from its first, then live ones, until it ends."""
         q: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
-        for event in self.events:
-            q.put_nowait(event)
+        for past in self.events:
+            q.put_nowait(past)
         if self.is_finished:
             q.put_nowait(None)
         self._followers.add(q)
