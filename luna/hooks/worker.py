@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from luna.config import Config
 from luna.hooks.prompt import render
@@ -32,6 +32,10 @@ from luna.scheduler.delivery import DeliveryRouter
 from luna.scheduler.execute import asked_tools, denied_note, is_silent
 from luna.scheduler.model import DeliveryKind, NewDelivery, Target
 from luna.tasks import finish_or_cancel
+from luna.tools.registry import ToolRegistry
+
+if TYPE_CHECKING:  # the running parts are handed in; only their types here
+    from luna.agent import Agent
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +61,8 @@ class HookWorker:
     def __init__(
         self,
         cfg: Config,
-        agent: Any,
-        registry: Any,
+        agent: Agent,
+        registry: ToolRegistry,
         store: HookStore,
         router: DeliveryRouter | None,
     ) -> None:
