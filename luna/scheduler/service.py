@@ -27,7 +27,7 @@ import fcntl
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from luna.config import Config
 from luna.observe import log_event
@@ -37,7 +37,7 @@ from luna.scheduler.delivery import DeliveryRouter
 from luna.scheduler.execute import TurnExecutor
 from luna.scheduler.heartbeat import check_heartbeat, heartbeat_schedule
 from luna.scheduler.model import OWNER, Schedule, owner_target
-from luna.scheduler.runner import Runner
+from luna.scheduler.runner import Runner, TickReport
 from luna.scheduler.store import TaskStore
 from luna.scheduler.timing import next_run
 from luna.scheduler.tool_port import ToolPort
@@ -136,7 +136,7 @@ class SchedulerService:
     def wake(self) -> None:
         self._wake.set()
 
-    async def tick_once(self, *, settle: bool = True) -> Any:
+    async def tick_once(self, *, settle: bool = True) -> TickReport | None:
         """One pass of the loop without its sleep (tests, benchmarks): take the lease if
         free, fire what is due, let the turns it started finish (``settle``), deliver."""
         report = None
