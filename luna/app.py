@@ -192,8 +192,8 @@ async def _serve(frontends: list[Frontend], agent: Agent, stop: asyncio.Event, g
         task.cancel()
     await asyncio.gather(*late, return_exceptions=True)
     for task in runs - late:
-        if task.exception() is not None:
-            raise task.exception()  # type: ignore[misc]
+        if (error := task.exception()) is not None:
+            raise error
     return max((task.result() or 0 for task in runs - late), default=0)
 
 

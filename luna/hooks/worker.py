@@ -48,11 +48,8 @@ def _now() -> dt.datetime:
 
 def _frontend(target: Target) -> Frontend:
     """The front-end whose tool levels the turn gets: the one its result goes to."""
-    if target.frontend in ("discord", "telegram"):
-        return target.frontend  # type: ignore[return-value]
-    if target.frontend == "repl":
-        return "repl"
-    return "web"
+    chat: dict[str, Frontend] = {"discord": "discord", "telegram": "telegram", "repl": "repl"}
+    return chat.get(target.frontend, "web")
 
 
 class HookWorker:

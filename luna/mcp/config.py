@@ -44,12 +44,15 @@ import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from luna.config import PermissionLevel
 from luna.errors import ConfigError, did_you_mean
+
+if TYPE_CHECKING:  # prelaunch imports this module early: the type only
+    from luna.tools.registry import Expose
 
 BASE_ENV_VARS = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "LOGNAME", "SHELL", "TERM", "USER")
 DEFAULT_PERMISSION: PermissionLevel = "allow"
@@ -76,7 +79,7 @@ class ServerSpec:
     headers: dict[str, str] = field(default_factory=dict)
     enabled: bool = True
     timeout: float = 60.0
-    expose: str = "direct"
+    expose: Expose = "direct"
     permission: PermissionLevel = DEFAULT_PERMISSION
     error: str | None = None
 

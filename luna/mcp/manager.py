@@ -158,7 +158,7 @@ class MCPManager:
                 to_parameters(tool.get("inputSchema")),
                 functools.partial(self._handle, qualified),
                 level=server.spec.permission,
-                expose=server.spec.expose,  # type: ignore[arg-type]
+                expose=server.spec.expose,
                 timeout=None,
             )
 

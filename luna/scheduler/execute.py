@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from luna.config import Config
-from luna.messages import InboundMessage, ToolStarted, TurnDone, TurnFailed
+from luna.messages import Frontend, InboundMessage, ToolStarted, TurnDone, TurnFailed
 from luna.scheduler import rights
 from luna.scheduler.model import OWNER, Task
 from luna.scheduler.timing import describe
@@ -32,7 +32,13 @@ if TYPE_CHECKING:  # the agent runs the turn; only its type here
 
 log = logging.getLogger(__name__)
 
-PERMISSION_FRONTENDS = ("repl", "discord", "telegram", "web")
+# The front-ends with tool levels of their own, by name (a task's target is stored as text).
+PERMISSION_FRONTENDS: dict[str, Frontend] = {
+    "repl": "repl",
+    "discord": "discord",
+    "telegram": "telegram",
+    "web": "web",
+}
 HEARTBEAT_FILE_CHARS = 20_000
 SILENT = {"", "nothing to report", "heartbeat ok", "heartbeat_ok"}
 _NOT_WORDS = re.compile(r"[^\w ]+")
@@ -96,9 +102,8 @@ class TurnExecutor:
         self.agent = agent
         self.registry = registry
 
-    def frontend_of(self, task: Task) -> str:
-        front = task.target.frontend
-        return front if front in PERMISSION_FRONTENDS else "repl"
+    def frontend_of(self, task: Task) -> Frontend:
+        return PERMISSION_FRONTENDS.get(task.target.frontend, "repl")
 
     async def prompt_text(self, task: Task) -> str:
         if task.kind == "heartbeat":
@@ -122,7 +127,7 @@ class TurnExecutor:
         msg = InboundMessage(
             session_id=session_of(task),
             text=await self.prompt_text(task),
-            frontend=frontend,  # type: ignore[arg-type]
+            frontend=frontend,
             user_id=task.creator if task.creator != OWNER else "owner",
             scope=task.scope,
             allow_tools=True,

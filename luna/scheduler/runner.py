@@ -42,7 +42,7 @@ from luna.scheduler.execute import (
     result_text,
     session_of,
 )
-from luna.scheduler.model import NewDelivery, Run, Task
+from luna.scheduler.model import DeliveryKind, NewDelivery, Run, Task
 from luna.scheduler.store import TaskStore
 from luna.scheduler.timing import count_runs_between, describe, local_text, next_run
 
@@ -202,10 +202,16 @@ class Runner:
         self._deliver(conn, task, now, "notice", text, run_id)
 
     def _deliver(
-        self, conn: Any, task: Task, now: dt.datetime, kind: str, text: str, run_id: int | None
+        self,
+        conn: Any,
+        task: Task,
+        now: dt.datetime,
+        kind: DeliveryKind,
+        text: str,
+        run_id: int | None,
     ) -> None:
         session = task.origin_session if task.kind != "heartbeat" else None
-        d = NewDelivery(kind, task.target, text, session, task.scope, task.id, run_id)  # type: ignore[arg-type]
+        d = NewDelivery(kind, task.target, text, session, task.scope, task.id, run_id)
         self.store.add_delivery(conn, d, now)
 
     # ---- prompt turns -----------------------------------------------------------------
