@@ -54,7 +54,7 @@ class ServerConfig(Section):
     model: str = ""  # empty: llm.model
     api_key_env: str = ""  # the environment variable holding its key (empty: no key)
     api_key: str = Field("", repr=False)  # secret: filled from api_key_env by the loader
-    roles: list[Role] = Field(default_factory=lambda: ["chat"])
+    roles: list[Role] = Field(default_factory=lambda: list[Role](["chat"]))
 
     @field_validator("endpoint")
     @classmethod

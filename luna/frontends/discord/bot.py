@@ -182,7 +182,7 @@ class LunaBot(discord.Client):
             is_dm=message.guild is None,
             guild_id=message.guild.id if message.guild else None,
             channel_id=channel.id,
-            thread_parent_id=channel.parent_id if is_thread else None,
+            thread_parent_id=channel.parent_id if isinstance(channel, discord.Thread) else None,
             mentions_bot=mentioned,
             known_thread=known,
         )
