@@ -262,6 +262,8 @@ class MatrixConfig(Section):
     # an allowed user's: "cross-signed" (signed by their account's cross-signing key, trusted
     # on first use) or "unverified" (any device the homeserver lists).
     trust: MatrixTrust = "cross-signed"
+    # Messages from one person within this many seconds of each other are one turn.
+    burst_window: Annotated[float, Field(ge=0, le=60)] = 1.5
     edit_interval: Annotated[float, Field(ge=0.2, le=60)] = 1.5
     max_attachment_bytes: Annotated[int, Field(ge=0, le=100_000_000)] = 10_000_000
     request_timeout: Annotated[float, Field(ge=1, le=600)] = 30.0

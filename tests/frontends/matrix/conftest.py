@@ -20,7 +20,6 @@ import pytest
 from luna.agent import Agent
 from luna.config import Config
 from luna.frontends.matrix.frontend import MatrixFrontend
-from luna.frontends.matrix.sync_token import SyncTokens
 from luna.llm import LLMClient
 from luna.memory import Memory
 from luna.memory.embedding.embeddings import Embedder
@@ -72,6 +71,7 @@ class World:
             "user_id": self.bot.user_id,
             "owner": self.owner.user_id,
             "edit_interval": 0.2,
+            "burst_window": 0.2,
             "request_timeout": 10.0,
         }
         m.update(self.matrix | matrix)
@@ -85,7 +85,7 @@ class World:
         await memory.open(background=False)
         llm = LLMClient(cfg.llm)
         agent = Agent(cfg, llm, memory, echo_registry(cfg))
-        frontend = MatrixFrontend(cfg, agent, SyncTokens(memory.store))
+        frontend = MatrixFrontend(cfg, agent, memory)
         stop = asyncio.Event()
         task = asyncio.get_running_loop().create_task(frontend.run(stop))
         ready = asyncio.ensure_future(frontend.ready.wait())

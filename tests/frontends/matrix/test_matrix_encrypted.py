@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
-
 from tests.conftest import Reply
+from tests.fakes.images import png
 from tests.frontends.matrix.conftest import World
 
 
@@ -44,15 +43,18 @@ async def test_matrix_restart_between_two_encrypted_messages(world: World) -> No
     assert any("message two, sent while Luna was down" in a for a in asked)
 
 
-async def test_matrix_image_in_encrypted_room_arrives_decrypted(world: World) -> None:
-    world.llm_server.script(Reply("nice picture"))
-    await world.start_luna()
+async def test_matrix_files_in_encrypted_room_arrive_decrypted(world: World) -> None:
+    world.llm_server.script(Reply("nice picture and notes"))
+    await world.start_luna(burst_window=3.0)  # the two files are one turn
     room = await open_dm(world)
-    image = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8
-    await world.owner.send_image(room, image, "cat.png", "image/png")
-    await world.owner.answer(room, world.bot.user_id, "nice picture")
+    notes = "shopping list: 🥕 carrots, 🍞 bread\n".encode() * 3
+    await world.owner.send_image(room, png(32, 32), "cat.png", "image/png")
+    await world.owner.send_file(room, notes, "notes.txt", "text/plain")
+    await world.owner.answer(room, world.bot.user_id, "nice picture and notes")
+    assert len(world.llm_server.requests) == 1  # one burst, one turn
     sent = world.llm_server.requests[-1]["messages"][-1]["content"]
-    assert "cat.png" in sent and hashlib.sha256(image).hexdigest() in sent
+    assert "cat.png" in str(sent)
+    assert notes.decode() in str(sent)  # downloaded, hash-checked and decrypted
 
 
 async def test_matrix_doctor_checks_homeserver_login_keys(world: World) -> None:
