@@ -352,7 +352,7 @@ class SchedulerConfig(Section):
     heartbeat_cron: NonEmpty = "0 9 * * *"
     heartbeat_prompt: NonEmpty = DEFAULT_HEARTBEAT_PROMPT
     heartbeat_file: Path = Path("data/workspace/HEARTBEAT.md")
-    heartbeat_to: Literal["auto", "repl", "discord", "telegram"] = "auto"
+    heartbeat_to: Literal["auto", "repl", "discord", "telegram", "matrix"] = "auto"
 
 
 class AttachmentsConfig(Section):

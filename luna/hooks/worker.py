@@ -44,7 +44,7 @@ def _now() -> dt.datetime:
 
 def _frontend(target: Target) -> Frontend:
     """The front-end whose tool levels the turn gets: the one its result goes to."""
-    if target.frontend in ("discord", "telegram"):
+    if target.frontend in ("discord", "telegram", "matrix"):
         return target.frontend  # type: ignore[return-value]
     if target.frontend == "repl":
         return "repl"

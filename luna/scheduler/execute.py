@@ -28,7 +28,7 @@ from luna.scheduler.timing import describe
 
 log = logging.getLogger(__name__)
 
-PERMISSION_FRONTENDS = ("repl", "discord", "telegram", "web")
+PERMISSION_FRONTENDS = ("repl", "discord", "telegram", "matrix", "web")
 HEARTBEAT_FILE_CHARS = 20_000
 SILENT = {"", "nothing to report", "heartbeat ok", "heartbeat_ok"}
 _NOT_WORDS = re.compile(r"[^\w ]+")

@@ -17,7 +17,7 @@ from typing import Any
 from luna.scheduler.api import Schedules, task_line
 from luna.scheduler.model import Requester, Target, TaskRequest
 
-ADDRESSED = ("repl", "discord", "telegram", "web")
+ADDRESSED = ("repl", "discord", "telegram", "matrix", "web")
 
 
 def requester_of(ctx: Any) -> Requester:

@@ -99,6 +99,10 @@ class Person:
     async def say(self, room_id: str, text: str, **content: Any) -> str:
         return await self.send(room_id, {"msgtype": "m.text", "body": text, **content})
 
+    async def react(self, room_id: str, event_id: str, key: str) -> str:
+        relates = {"rel_type": "m.annotation", "event_id": event_id, "key": key}
+        return await self.send(room_id, {"m.relates_to": relates}, "m.reaction")
+
     async def send_image(self, room_id: str, data: bytes, name: str, mime: str) -> str:
         return await self.send_file(room_id, data, name, mime, msgtype="m.image")
 
