@@ -71,6 +71,11 @@ async def test_matrix_doctor_checks_homeserver_login_keys(world: World) -> None:
     assert world.bot.device_id in results["Matrix login"].detail
     detail = results["Matrix encryption"].detail  # the owner's room key and Luna's own
     assert "0 room keys" not in detail and "0 Olm sessions" not in detail
+    conn = luna.frontend.conn
+    assert conn is not None
+    key = conn.crypto.account.signing_key  # the ed25519 key the owner verifies by
+    shown = results["Matrix device keys"].detail.removeprefix("published; fingerprint ")
+    assert shown.replace(" ", "") == key and len(shown.split()[0]) == 4
     bad = cfg.model_copy(update={"matrix": cfg.matrix.model_copy(update={"access_token": "x"})})
     refused = {r.name: r for r in await check_matrix(bad)}
     assert refused["Matrix login"].ok is False
