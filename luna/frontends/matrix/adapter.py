@@ -119,6 +119,11 @@ class MatrixAdapter:
         room: Room = conversation
         await self.outbox.typing(room.room_id, True)
 
+    async def stop_typing(self, conversation: Any) -> None:
+        """The turn is answered: take the typing notice down now, not at its timeout."""
+        room: Room = conversation
+        await self.outbox.typing(room.room_id, False)
+
     async def post_approval(self, conversation: Any, request: ApprovalRequest) -> Sent:
         room: Room = conversation
         owner = request.owner_ids[0]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from mautrix.errors import MatrixRequestError
@@ -33,7 +34,9 @@ from luna.config import Config
 from luna.errors import ConfigError, LunaError, MatrixError
 from luna.frontends.channels.access import Access
 from luna.frontends.channels.channel import Channel, ChannelSettings
+from luna.frontends.channels.contract import InboundEvent
 from luna.frontends.channels.delivery import ScheduledDelivery
+from luna.frontends.channels.sending import LIVE_PATIENCE, attempt
 from luna.frontends.matrix.adapter import MatrixAdapter, verdict
 from luna.frontends.matrix.connection import TRUST, Connection, connect
 from luna.frontends.matrix.events import Reaction, RoomMessage
@@ -63,6 +66,25 @@ def check(cfg: Config, mode: str = "auto") -> None:
 def access_of(cfg: Config) -> Access:
     m = cfg.matrix
     return Access.of([m.owner], m.allowed_users, strangers_can_chat=False, id_prefix="")
+
+
+class Answered:
+    """The layer's receipts, used for one thing: a turn's reply is written, so its room's
+    typing notice goes (Matrix keeps the sync token itself: ``sync_token``)."""
+
+    def __init__(self, adapter: MatrixAdapter) -> None:
+        self.adapter = adapter
+
+    def dropped(self, event: InboundEvent) -> None:
+        return None
+
+    async def stored(self, events: Sequence[InboundEvent], message_id: int) -> None:
+        return None
+
+    async def answered(self, events: Sequence[InboundEvent]) -> None:
+        room = events[0].conversation
+        await attempt("matrix", "typing", lambda: self.adapter.stop_typing(room),
+                      patience=LIVE_PATIENCE)  # fmt: skip
 
 
 def make(parts: Any, args: Any) -> MatrixFrontend:
@@ -100,7 +122,9 @@ class MatrixFrontend:
             max_attachment_bytes=m.max_attachment_bytes,
             approval_timeout=self.cfg.tools.approval_timeout,
         )
-        self.channel = Channel(self.adapter, self.agent, self.access, settings)
+        self.channel = Channel(
+            self.adapter, self.agent, self.access, settings, Answered(self.adapter)
+        )
         self.sync = SyncLoop(
             conn,
             self.tokens,

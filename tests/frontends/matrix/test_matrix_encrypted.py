@@ -13,6 +13,15 @@ async def open_dm(world: World) -> str:
     return room
 
 
+def typing_in(world: World, room: str) -> list[list[str]]:
+    """Who the owner's client was told is typing in ``room``, each time it was told."""
+    return [
+        list(e["content"].get("user_ids", []))
+        for e in world.owner.events
+        if e.get("type") == "m.typing" and e.get("room_id") == room
+    ]
+
+
 async def test_matrix_encrypted_dm_answered_in_the_same_room(world: World) -> None:
     world.llm_server.script(Reply("Hello **owner**, I read you."))
     await world.start_luna()
@@ -25,6 +34,8 @@ async def test_matrix_encrypted_dm_answered_in_the_same_room(world: World) -> No
     assert seen == ["m.room.encrypted", "m.room.message"]  # sent encrypted, decrypted by owner
     sent = world.llm_server.requests[-1]["messages"][-1]["content"]
     assert "hi Luna, can you read this?" in sent
+    assert [world.bot.user_id] in typing_in(world, room)  # typing while she worked, then
+    await world.owner.wait_until(lambda: typing_in(world, room)[-1:] == [[]], within=5)  # not
 
 
 async def test_matrix_restart_between_two_encrypted_messages(world: World) -> None:
