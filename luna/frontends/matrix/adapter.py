@@ -41,6 +41,7 @@ from luna.frontends.matrix import render
 from luna.frontends.matrix.conversation import Room
 from luna.frontends.matrix.outbox import Outbox
 from luna.messages import Frontend
+from luna.observe import log_event
 
 MATRIX_LIMIT = 8_000  # characters per message (the event's byte budget: ``render``)
 TYPING_EVERY = 8.0  # the typing notice lasts 10 s (``outbox.TYPING_TIMEOUT_MS``)
@@ -91,7 +92,9 @@ class MatrixAdapter:
         self.edit_interval = edit_interval
         self.own_events: dict[str, None] = {}
 
-    async def _post(self, room: Room, content: dict[str, Any], etype: str = "m.room.message"):
+    async def _post(
+        self, room: Room, content: dict[str, Any], etype: str = "m.room.message"
+    ) -> str:
         event_id = await self.outbox.send(room.room_id, etype, content)
         remember(self.own_events, event_id)
         return event_id
@@ -178,7 +181,9 @@ class MatrixAdapter:
         return Destination(Room(await self.direct_room(user)))
 
     async def direct_room(self, user_id: str) -> str:
-        """The room Luna shares with ``user_id`` alone, created (encrypted) when none is."""
+        """The room Luna shares with ``user_id`` alone, created (encrypted) when none is; a
+        new room's key goes to the invited person's devices at once (not yet a member, they
+        would otherwise miss it and could not read what is sent before they join)."""
         client = self.client
         try:
             for room_id in await client.get_joined_rooms():
@@ -192,8 +197,11 @@ class MatrixAdapter:
                 initial_state=[{"type": "m.room.encryption", "state_key": "",
                                 "content": {"algorithm": "m.megolm.v1.aes-sha2"}}],
             )  # fmt: skip
+            if client.crypto is not None:
+                await client.crypto.share_group_session(room, [client.mxid, UserID(user_id)])
         except MatrixRequestError as e:
             raise ChannelError(f"cannot find a direct room with {user_id}: {e.errcode}") from e
+        log_event("matrix_direct_room", room=str(room), user=user_id)
         return str(RoomID(room))
 
 

@@ -4,12 +4,15 @@ and scheduled results delivered to the room that asked, or to the owner's direct
 from __future__ import annotations
 
 import datetime as dt
+import json
 from typing import Any
 
+from mautrix.crypto.attachments import decrypt_attachment
 from mautrix.types import RoomID
 
 from luna.scheduler.clock import ManualClock
 from luna.scheduler.model import OWNER, Requester, Target, TaskRequest, owner_target
+from luna.tools.permissions import approval_text
 from tests.conftest import Reply
 from tests.frontends.matrix.conftest import World
 
@@ -74,12 +77,24 @@ async def test_matrix_approval_counts_only_the_owners_reaction(world: World) -> 
 
 
 async def test_matrix_approval_denied_by_the_owners_reply(world: World) -> None:
-    world.llm_server.script(LAUNCH, Reply("Not launched."))
+    target = "rocket " + "with a long payload manifest " * 40  # past the prompt's preview
+    call = {"name": "launch", "arguments": json.dumps({"target": target})}
+    world.llm_server.script(Reply(tool_calls=[call]), Reply("Not launched."))
     await world.start_luna()
     room = await world.owner.create_room([world.bot.user_id], encrypted=True, direct=True)
     await world.owner.wait_joined(room, world.bot.user_id)
     await world.owner.say(room, "launch it")
     prompt = await world.owner.wait_until(lambda: prompt_of(world, room))
+    assert "The whole text follows as a file." in prompt["content"]["body"]
+    file = await world.owner.wait_until(
+        lambda: next((m["content"] for m in world.owner.messages_from(room, world.bot.user_id)
+                      if m["content"].get("msgtype") == "m.file"), None)
+    )  # fmt: skip
+    assert file["body"] == "launch.txt" and "url" not in file  # encrypted, in an encrypted room
+    enc = file["file"]
+    data = await world.owner.client.download_media(enc["url"])
+    whole = decrypt_attachment(data, enc["key"]["k"], enc["hashes"]["sha256"], enc["iv"])
+    assert whole.decode() == approval_text({"target": target})
     reply = {"m.relates_to": {"m.in_reply_to": {"event_id": prompt["event_id"]}}}
     await world.owner.say(room, "no", **reply)
     await world.owner.answer(room, world.bot.user_id, "Not launched.", count=2)
@@ -124,3 +139,26 @@ async def test_matrix_owner_default_is_their_direct_room(world: World) -> None:
     clock.advance(300)
     await luna.scheduler.tick_once()
     await world.owner.answer(room, world.bot.user_id, "⏰ Reminder: stretch")
+
+
+async def test_matrix_owner_default_opens_a_direct_room_when_none_is(world: World) -> None:
+    clock = ManualClock(dt.datetime(2026, 12, 1, 7, 0, tzinfo=dt.UTC))
+    luna = await world.start_luna(clock=clock)
+    assert luna.scheduler is not None
+    who = Requester.owner("cli", owner_target(luna.frontend.cfg))
+    await luna.scheduler.api.add(TaskRequest(text="drink water", after="5m"), who)
+    clock.advance(300)
+    await luna.scheduler.tick_once()
+    owner, bot = world.owner, world.bot.user_id
+
+    def invited() -> str | None:
+        return next(
+            (e["room_id"] for e in owner.events
+             if e.get("type") == "m.room.member" and e.get("state_key") == owner.user_id
+             and e.get("sender") == bot and e["content"].get("membership") == "invite"),
+            None,
+        )  # fmt: skip
+
+    room = await owner.wait_until(invited)
+    await owner.client.join_room_by_id(RoomID(room))
+    await owner.answer(room, bot, "⏰ Reminder: drink water")  # sent before the join, readable
