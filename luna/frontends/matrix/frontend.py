@@ -194,8 +194,8 @@ class MatrixFrontend:
             event = await inbound.event_of(item)
             if channel.receive(event) and item.thread_root is not None:
                 inbound.follow(item.thread_root)
-        except MatrixRequestError as e:
-            log.warning("matrix: handling %s failed: %s", item.event_id, e)
+        except Exception as e:  # one bad event must not stop the sync (the log has why)
+            log.exception("matrix: handling %s failed", item.event_id)
             log_event("channel_error", frontend="matrix", op="event", error=type(e).__name__)
 
     def _conn(self) -> Connection:
