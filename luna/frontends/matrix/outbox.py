@@ -13,13 +13,15 @@ Invariants:
   ``ChannelError``. Nothing is retried here: one call, one request.
 - Encryption: a room is encrypted when its state says so (asked of the homeserver once when
   the cache does not know); an encrypted room's events are never sent in the clear.
-- ``rate_limited`` counts the 429 answers seen (tests and logs read it). Every request has
-  a timeout.
+- ``rate_limited`` counts the 429 answers seen; ``early`` the events sent before the last
+  429's ``retry_after_ms`` had passed (0 while the channel layer honours them; logged as
+  ``matrix_send_early``). Every request has a timeout.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from typing import Any
 from urllib.parse import quote
@@ -55,6 +57,8 @@ class Outbox:
         self.client = client
         self.http = httpx.AsyncClient(base_url=homeserver.rstrip("/"), timeout=timeout)
         self.rate_limited = 0  # 429 answers seen
+        self.early = 0  # events sent before a 429's retry_after had passed
+        self._limited_until = 0.0  # monotonic end of the last 429's retry_after
 
     async def close(self) -> None:
         await self.http.aclose()
@@ -74,6 +78,7 @@ class Outbox:
             retry_ms = data.get("retry_after_ms")
             delay = retry_ms / 1000 if isinstance(retry_ms, int | float) else _header_s(resp)
             log_event("matrix_rate_limited", retry_after_ms=int(delay * 1000))
+            self._limited_until = time.monotonic() + delay
             raise RateLimitedError(delay, f"the homeserver said {errcode or 429}")
         if status < 400:
             return data
@@ -110,6 +115,11 @@ class Outbox:
                 raise ChannelError(f"encrypting for the room failed: {e.errcode}") from e
             etype, body = EventType.ROOM_ENCRYPTED, encrypted.serialize()
         path = f"{_room(room_id)}/send/{quote(str(etype), safe='')}/{uuid.uuid4().hex}"
+        if time.monotonic() < self._limited_until:
+            self.early += 1
+            log_event(
+                "matrix_send_early", left_ms=int((self._limited_until - time.monotonic()) * 1000)
+            )
         event_id = (await self._put(path, body)).get("event_id")
         if not isinstance(event_id, str):
             raise ChannelError("the homeserver answered a send without an event id")
