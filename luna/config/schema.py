@@ -217,6 +217,7 @@ class ToolsConfig(Section):
     repl_permissions: dict[str, PermissionLevel] = Field(default_factory=dict)
     discord_permissions: dict[str, PermissionLevel] = Field(default_factory=dict)
     telegram_permissions: dict[str, PermissionLevel] = Field(default_factory=dict)
+    matrix_permissions: dict[str, PermissionLevel] = Field(default_factory=dict)
     web_permissions: dict[str, PermissionLevel] = Field(default_factory=dict)
 
     @model_validator(mode="after")

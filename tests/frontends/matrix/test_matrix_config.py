@@ -12,6 +12,7 @@ from luna.frontends.matrix.conversation import Room
 from luna.hooks.target import hook_target, target_problem
 from luna.scheduler.model import Target, owner_target
 from luna.scheduler.rights import role_of
+from luna.tools.permissions import resolve_level
 from tests.fakes.telegram_server import TOKEN
 
 OWNER, FRIEND = "@me:example.org", "@friend:example.org"
@@ -55,3 +56,10 @@ def test_matrix_approval_answers() -> None:
     assert [verdict(a) for a in answers] == [
         True, True, True, True, False, False, False, False, None, None
     ]  # fmt: skip
+
+
+def test_matrix_has_tool_permissions_of_its_own(luna_config: Callable[..., Any]) -> None:
+    cfg = luna_config({"tools": {"permissions": {"bash": "ask"},
+                                 "matrix_permissions": {"bash": "deny"}}})  # fmt: skip
+    assert resolve_level(cfg.tools, "bash", "matrix", "allow") == "deny"
+    assert resolve_level(cfg.tools, "bash", "telegram", "allow") == "ask"
