@@ -13,6 +13,9 @@ Invariants:
 - The owner is one person across apps: ``matrix.owner`` has memory scope ``owner``; an
   allowed user keeps scope ``user:<mxid>`` (ids need no app prefix: a Matrix id names its
   server).
+- The sync token is saved once what its batch brought is settled (``settle``): a message
+  still in a burst or queued behind its session's running turn when Luna stops is synced
+  again at the next start.
 - Nothing raised while handling one event stops the front-end (logged, the sync goes on);
   CancelledError propagates.
 - On stop: sync stops first (no new turns), running turns finish within
@@ -42,6 +45,7 @@ from luna.frontends.matrix.connection import TRUST, Connection, connect
 from luna.frontends.matrix.events import Reaction, RoomMessage
 from luna.frontends.matrix.inbound import Inbound
 from luna.frontends.matrix.outbox import Outbox
+from luna.frontends.matrix.settle import TokenKeeper
 from luna.frontends.matrix.sync import SyncLoop
 from luna.frontends.matrix.sync_token import SyncTokens
 from luna.observe import log_event
@@ -68,20 +72,24 @@ def access_of(cfg: Config) -> Access:
     return Access.of([m.owner], m.allowed_users, strangers_can_chat=False, id_prefix="")
 
 
-class Answered:
-    """The layer's receipts, used for one thing: a turn's reply is written, so its room's
-    typing notice goes (Matrix keeps the sync token itself: ``sync_token``)."""
+class Receipts:
+    """The layer's receipts: each event's fate settles it for the sync token (``settle``);
+    a turn's reply written, its room's typing notice goes."""
 
-    def __init__(self, adapter: MatrixAdapter) -> None:
+    def __init__(self, adapter: MatrixAdapter, keeper: TokenKeeper) -> None:
         self.adapter = adapter
+        self.keeper = keeper
 
     def dropped(self, event: InboundEvent) -> None:
-        return None
+        self.keeper.settle([event.message_id])
 
     async def stored(self, events: Sequence[InboundEvent], message_id: int) -> None:
-        return None
+        self.keeper.settle(e.message_id for e in events)
+        await self.keeper.flush()
 
     async def answered(self, events: Sequence[InboundEvent]) -> None:
+        self.keeper.settle(e.message_id for e in events)  # a turn that never stored its message
+        await self.keeper.flush()
         room = events[0].conversation
         await attempt("matrix", "typing", lambda: self.adapter.stop_typing(room),
                       patience=LIVE_PATIENCE)  # fmt: skip
@@ -109,6 +117,7 @@ class MatrixFrontend:
         self.channel: Channel | None = None
         self.ready = asyncio.Event()  # logged in and syncing (tests wait for it)
         self.sync: SyncLoop | None = None
+        self.keeper: TokenKeeper | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
         m = self.cfg.matrix
@@ -122,12 +131,13 @@ class MatrixFrontend:
             max_attachment_bytes=m.max_attachment_bytes,
             approval_timeout=self.cfg.tools.approval_timeout,
         )
+        self.keeper = TokenKeeper(self.tokens, conn.user_id)
         self.channel = Channel(
-            self.adapter, self.agent, self.access, settings, Answered(self.adapter)
+            self.adapter, self.agent, self.access, settings, Receipts(self.adapter, self.keeper)
         )
         self.sync = SyncLoop(
             conn,
-            self.tokens,
+            self.keeper,
             self.deliver,
             self.on_invite,
             min_trust=TRUST[m.trust],
@@ -192,11 +202,18 @@ class MatrixFrontend:
                 if channel.approvals.answer(item.reply_to, item.sender, allow) != "unknown":
                     return  # an answer to a prompt, never a message to the model
             event = await inbound.event_of(item)
-            if channel.receive(event) and item.thread_root is not None:
-                inbound.follow(item.thread_root)
+            if channel.receive(event):
+                self._keeper().hold(event.message_id)  # the token waits until it settles
+                if item.thread_root is not None:
+                    inbound.follow(item.thread_root)
         except Exception as e:  # one bad event must not stop the sync (the log has why)
             log.exception("matrix: handling %s failed", item.event_id)
             log_event("channel_error", frontend="matrix", op="event", error=type(e).__name__)
+
+    def _keeper(self) -> TokenKeeper:
+        if self.keeper is None:
+            raise MatrixError("the Matrix front-end is not connected")
+        return self.keeper
 
     def _conn(self) -> Connection:
         if self.conn is None:

@@ -1,5 +1,6 @@
 """Matrix in the settings other parts read: where the owner's results go, who may schedule,
-and how an owner's answer to an approval prompt is read (no homeserver needed)."""
+how an owner's answer to an approval prompt is read, when the sync token is saved (no
+homeserver needed)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ from typing import Any
 from luna.config.hooks import HookConfig
 from luna.frontends.matrix.adapter import verdict
 from luna.frontends.matrix.conversation import Room
+from luna.frontends.matrix.settle import TokenKeeper
+from luna.frontends.matrix.sync_token import SyncTokens
 from luna.hooks.target import hook_target, target_problem
+from luna.memory import Memory
 from luna.scheduler.model import Target, owner_target
 from luna.scheduler.rights import role_of
 from luna.tools.permissions import resolve_level
@@ -63,3 +67,28 @@ def test_matrix_has_tool_permissions_of_its_own(luna_config: Callable[..., Any])
                                  "matrix_permissions": {"bash": "deny"}}})  # fmt: skip
     assert resolve_level(cfg.tools, "bash", "matrix", "allow") == "deny"
     assert resolve_level(cfg.tools, "bash", "telegram", "allow") == "ask"
+
+
+async def test_matrix_sync_token_waits_for_the_batches_messages(
+    luna_config: Callable[..., Any],
+) -> None:
+    memory = Memory(luna_config().memory)
+    await memory.open(background=False, use_vectors=False)
+    try:
+        tokens = SyncTokens(memory.store)
+        keeper = TokenKeeper(tokens, OWNER)
+        await keeper.batch_done("t1")  # nothing taken in: saved at once
+        assert await tokens.load(OWNER) == "t1"
+        keeper.hold("$a")
+        await keeper.batch_done("t2")
+        keeper.hold("$b")
+        await keeper.batch_done("t3")
+        await keeper.batch_done("t4")
+        keeper.settle(["$b"])
+        await keeper.flush()
+        assert await tokens.load(OWNER) == "t1"  # $a, of an earlier batch, is still open
+        keeper.settle(["$a", "$unknown"])
+        await keeper.flush()
+        assert await tokens.load(OWNER) == "t4" and keeper.unsettled == 0
+    finally:
+        await memory.close()

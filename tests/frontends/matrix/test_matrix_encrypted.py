@@ -90,3 +90,21 @@ async def test_matrix_doctor_checks_homeserver_login_keys(world: World) -> None:
     bad = cfg.model_copy(update={"matrix": cfg.matrix.model_copy(update={"access_token": "x"})})
     refused = {r.name: r for r in await check_matrix(bad)}
     assert refused["Matrix login"].ok is False
+
+
+async def test_matrix_message_still_in_a_burst_at_stop_is_answered_after_restart(
+    world: World,
+) -> None:
+    world.llm_server.script(Reply("answered after all"))
+    luna = await world.start_luna(burst_window=30.0)  # the message waits for more of its burst
+    room = await open_dm(world)
+    await world.owner.say(room, "a message Luna takes in, then stops")
+    keeper = luna.frontend.keeper
+    assert keeper is not None
+    await world.owner.wait_until(lambda: keeper.unsettled == 1)  # admitted, not yet a turn
+    await world.stop_luna()
+    assert world.llm_server.requests == []
+    await world.start_luna(burst_window=0.2)
+    msgs = await world.owner.answer(room, world.bot.user_id, "answered after all")
+    assert len(msgs) == 1 and len(world.llm_server.requests) == 1
+    assert "a message Luna takes in" in world.llm_server.requests[0]["messages"][-1]["content"]
