@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 
 import httpx
@@ -93,7 +93,7 @@ class Outbox:
 
     async def is_encrypted(self, room_id: str) -> bool:
         state = self.client.state_store
-        known = await state.is_encrypted(RoomID(room_id))
+        known = await state.is_encrypted(RoomID(room_id)) if state is not None else None
         if known is not None:
             return known
         try:
@@ -110,7 +110,8 @@ class Outbox:
         body: dict[str, Any] = content
         if self.client.crypto and await self.is_encrypted(room_id):
             try:
-                encrypted = await self.client.encrypt(RoomID(room_id), etype, content)
+                wire = cast(Any, content)  # event JSON: mautrix takes a dict as it is
+                encrypted = await self.client.encrypt(RoomID(room_id), etype, wire)
             except MatrixRequestError as e:  # sharing the room key asked the homeserver
                 raise ChannelError(f"encrypting for the room failed: {e.errcode}") from e
             etype, body = EventType.ROOM_ENCRYPTED, encrypted.serialize()
