@@ -14,7 +14,7 @@ Invariants:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -30,12 +30,9 @@ class Room:
             out["thread_root"] = self.thread_root
         return out
 
-    def plain(self) -> Room:
-        """The same place without the event answered (scheduled results answer nothing)."""
-        return replace(self, reply_to=None)
-
     @classmethod
     def from_address(cls, address: dict[str, Any]) -> Room | None:
+        """The place a scheduled result goes: the room (and thread), answering no event."""
         room = str(address.get("room_id") or "")
         if not room.startswith("!"):
             return None
