@@ -131,7 +131,9 @@ class MatrixFrontend:
             max_attachment_bytes=m.max_attachment_bytes,
             approval_timeout=self.cfg.tools.approval_timeout,
         )
-        self.keeper = TokenKeeper(self.tokens, conn.user_id)
+        self.keeper = TokenKeeper(
+            self.tokens, conn.user_id, max_hold=2 * self.cfg.agent.turn_timeout
+        )
         self.channel = Channel(
             self.adapter, self.agent, self.access, settings, Receipts(self.adapter, self.keeper)
         )

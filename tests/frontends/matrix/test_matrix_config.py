@@ -4,6 +4,7 @@ homeserver needed)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -76,7 +77,7 @@ async def test_matrix_sync_token_waits_for_the_batches_messages(
     await memory.open(background=False, use_vectors=False)
     try:
         tokens = SyncTokens(memory.store)
-        keeper = TokenKeeper(tokens, OWNER)
+        keeper = TokenKeeper(tokens, OWNER, max_hold=3600)
         await keeper.batch_done("t1")  # nothing taken in: saved at once
         assert await tokens.load(OWNER) == "t1"
         keeper.hold("$a")
@@ -90,5 +91,11 @@ async def test_matrix_sync_token_waits_for_the_batches_messages(
         keeper.settle(["$a", "$unknown"])
         await keeper.flush()
         assert await tokens.load(OWNER) == "t4" and keeper.unsettled == 0
+        keeper.max_hold = 0.0  # a receipt that never comes holds the token only so long
+        keeper.hold("$lost")
+        await keeper.batch_done("t5")
+        await asyncio.sleep(0.01)
+        await keeper.flush()
+        assert await tokens.load(OWNER) == "t5" and keeper.unsettled == 0
     finally:
         await memory.close()
