@@ -25,11 +25,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Iterable
-from typing import Any
 
 from luna.agent.images import ImageSource, images_of
 from luna.errors import LunaError
+from luna.llm.contract import ChatModel
 from luna.llm.vision import text_part
+from luna.memory.contract import SessionMemory
 from luna.messages import Attachment
 from luna.observe import log_event
 
@@ -48,7 +49,12 @@ class ImageDescriber:
     """Describes images in the background; see the module docstring."""
 
     def __init__(
-        self, llm: Any, memory: Any, source: ImageSource, *, max_tokens: int = MAX_TOKENS
+        self,
+        llm: ChatModel,
+        memory: SessionMemory,
+        source: ImageSource,
+        *,
+        max_tokens: int = MAX_TOKENS,
     ) -> None:
         self.llm = llm  # the background role (LLMClient or RoleLLM)
         self.memory = memory

@@ -7,7 +7,8 @@ Invariants:
 - Every request goes through :func:`luna.llm.wire.normalize_messages` (valid UTF-8, one system
   message, tool-call arguments that parse as JSON objects, no ``null`` content or reasoning).
 - Connection errors, HTTP 429, 502, 503 and 504 are retried with exponential backoff
-  (``llm.max_retries``, ``llm.retry_backoff``). A llama-server that answers 503 because it is
+  (``llm.max_retries``, ``llm.retry_backoff``); a kept-alive connection the server dropped
+  as the request went out is retried at once. A llama-server that answers 503 because it is
   still loading its model is waited for (up to ``llm.timeout``) and the caller is told once.
   A stream is only retried before it has produced anything.
 - Other refusals are not retried: HTTP 400 ``exceed_context_size_error`` becomes
@@ -37,11 +38,12 @@ import openai
 
 from luna.config import LLMConfig
 from luna.errors import LLMError, LLMRejectedError
-from luna.llm.failures import is_loading, is_retryable, retry_after, translate
+from luna.llm.contract import ProgressCallback, RequestRecorder, TextCallback
+from luna.llm.failures import is_loading, is_retryable, is_stale_connection, retry_after, translate
 from luna.llm.markup import StreamFilter, clean_reply
 from luna.llm.server_info import ServerInfo
 from luna.llm.slots import SlotPlan
-from luna.llm.stream import Progress, StreamAccumulator, reasoning_of, usage_of
+from luna.llm.stream import StreamAccumulator, reasoning_of, usage_of
 from luna.llm.transport import Utf8RepairingTransport
 from luna.llm.vision import count_images, text_of, without_images
 from luna.llm.wire import normalize_messages, sdk_kwargs, wire_body
@@ -50,12 +52,6 @@ from luna.observe import TURN_DETAIL, log_event
 
 _log = logging.getLogger(__name__)
 
-TextCallback = Callable[[str], Awaitable[None]]
-ProgressCallback = Callable[[Progress], Awaitable[None]]
-# Told the exact JSON body of each request and what came of it (the request log).
-RequestRecorder = Callable[
-    [dict[str, Any], "LLMResponse | None", "LLMError | None"], Awaitable[None]
-]
 NO_KEY = "sk-no-key-required"
 LOADING_POLL = 1.0
 WAITING_FOR_LOAD = "the LLM server is still loading its model; waiting…"
@@ -81,8 +77,10 @@ class LLMClient:
             base_url=self.endpoint,
             api_key=cfg.api_key or NO_KEY,
             max_retries=0,
-            timeout=self._timeout,
-            http_client=self._http,
+            # openai 3.x takes an httpx client as well as an httpx2 one (is_legacy_httpx_*
+            # in its _base_client), but its annotations name only httpx2's types.
+            timeout=self._timeout,  # type: ignore[arg-type]
+            http_client=self._http,  # type: ignore[arg-type]
         )
         self._info: ServerInfo | None = None
         self._info_checked = False
@@ -109,7 +107,7 @@ class LLMClient:
             return self._info  # unknown for now; ask again next time
         self._info_checked = True
         is_llama = isinstance(props, dict) and "default_generation_settings" in props
-        self._info = ServerInfo.from_props(props) if is_llama else None
+        self._info = ServerInfo.from_props(props) if is_llama and props else None
         return self._info
 
     @property
@@ -397,6 +395,8 @@ class LLMClient:
                 if attempt >= self.cfg.max_retries or not is_retryable(e):
                     raise self._translate(e) from e
                 delay = retry_after(e) or self.cfg.retry_backoff * (2**attempt)
+                if attempt == 0 and is_stale_connection(e):
+                    delay = 0.0  # a dropped idle connection: the next one is fresh
                 attempt += 1
                 _log.warning(
                     "LLM call failed (%s), retry %d/%d in %.2fs",

@@ -32,6 +32,13 @@ from typing import Any
 from luna.config import ROLES, LLMConfig, Role
 from luna.errors import LLMContextOverflowError, LLMError, LLMRejectedError
 from luna.llm.client import LLMClient
+from luna.llm.contract import (
+    Messages,
+    ProgressCallback,
+    RequestRecorder,
+    TextCallback,
+    ToolSpecs,
+)
 from luna.llm.server_info import ServerInfo
 from luna.messages import LLMResponse
 from luna.observe import TURN_DETAIL, log_event
@@ -187,19 +194,54 @@ class RoleLLM:
         info = await self.server_info(lane=lane)
         return info is not None and info.has_vision
 
-    async def render(self, messages: list[dict[str, Any]], tools: Any = None) -> str:
+    async def render(self, messages: Messages, tools: ToolSpecs | None = None) -> str:
         return await self.primary.render(messages, tools)
 
     async def chat(
-        self, messages: list[dict[str, Any]], tools: Any = None, **kw: Any
+        self,
+        messages: Messages,
+        tools: ToolSpecs | None = None,
+        *,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        response_format: dict[str, Any] | None = None,
+        tool_choice: str | None = None,
+        on_status: TextCallback | None = None,
+        record: RequestRecorder | None = None,
+        lane: str | None = None,
     ) -> LLMResponse:
-        return await self._routed(lambda c: c.chat(messages, tools, **kw), kw.get("lane"))
+        def call(c: LLMClient) -> Awaitable[LLMResponse]:
+            return c.chat(
+                messages,
+                tools,
+                temperature=temperature,
+                max_tokens=max_tokens,
+                response_format=response_format,
+                tool_choice=tool_choice,
+                on_status=on_status,
+                record=record,
+                lane=lane,
+            )
+
+        return await self._routed(call, lane)
 
     async def stream(
-        self, messages: list[dict[str, Any]], tools: Any = None, **kw: Any
+        self,
+        messages: Messages,
+        tools: ToolSpecs | None = None,
+        *,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        on_text: TextCallback | None = None,
+        on_reasoning: TextCallback | None = None,
+        on_progress: ProgressCallback | None = None,
+        on_status: TextCallback | None = None,
+        response_format: dict[str, Any] | None = None,
+        tool_choice: str | None = None,
+        record: RequestRecorder | None = None,
+        lane: str | None = None,
     ) -> LLMResponse:
-        shown = False
-        on_text = kw.get("on_text")
+        shown = False  # once text reached the user, a failure is not retried on another server
 
         async def seen(text: str) -> None:
             nonlocal shown
@@ -207,10 +249,23 @@ class RoleLLM:
             if on_text is not None:
                 await on_text(text)
 
-        kw = {**kw, "on_text": seen}
-        return await self._routed(
-            lambda c: c.stream(messages, tools, **kw), kw.get("lane"), lambda: shown
-        )
+        def call(c: LLMClient) -> Awaitable[LLMResponse]:
+            return c.stream(
+                messages,
+                tools,
+                temperature=temperature,
+                max_tokens=max_tokens,
+                on_text=seen,
+                on_reasoning=on_reasoning,
+                on_progress=on_progress,
+                on_status=on_status,
+                response_format=response_format,
+                tool_choice=tool_choice,
+                record=record,
+                lane=lane,
+            )
+
+        return await self._routed(call, lane, lambda: shown)
 
     async def _routed(
         self,

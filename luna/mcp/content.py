@@ -80,8 +80,8 @@ def describe_parts(content: Any, server: str) -> tuple[list[str], list[ToolMedia
                 f"{READ_TOOL}(server={server!r}, uri={uri!r})]"
             )
         elif kind == "resource":
-            res = item.get("resource") if isinstance(item.get("resource"), dict) else {}
-            parts.append(_resource(res))
+            res = item.get("resource")
+            parts.append(_resource(res if isinstance(res, dict) else {}))
         else:
             parts.append(f"[{kind or 'unknown'} content]")
     return parts, media

@@ -52,6 +52,7 @@ from luna.observe import log_event
 
 if TYPE_CHECKING:
     from luna.agent import Agent
+    from luna.attachments.intake import Intake
     from luna.memory import Memory
 
 log = logging.getLogger(__name__)
@@ -96,17 +97,19 @@ class Receipts:
 
 
 def make(parts: Any, args: Any) -> MatrixFrontend:
-    return MatrixFrontend(
-        parts.cfg, parts.agent, parts.memory, getattr(parts.scheduler, "router", None)
-    )
+    deliveries = getattr(parts.scheduler, "router", None)
+    return MatrixFrontend(parts.cfg, parts.agent, parts.memory, parts.intake, deliveries)
 
 
 class MatrixFrontend:
     name = "matrix"
 
-    def __init__(self, cfg: Config, agent: Agent, memory: Memory, deliveries: Any = None) -> None:
+    def __init__(
+        self, cfg: Config, agent: Agent, memory: Memory, intake: Intake, deliveries: Any = None
+    ) -> None:
         self.cfg = cfg
         self.agent = agent
+        self.intake = intake
         self.tokens = SyncTokens(memory.store)
         self.deliveries = deliveries  # luna.scheduler.delivery.DeliveryRouter, or None
         self.access = access_of(cfg)
@@ -135,7 +138,12 @@ class MatrixFrontend:
             self.tokens, conn.user_id, max_hold=2 * self.cfg.agent.turn_timeout
         )
         self.channel = Channel(
-            self.adapter, self.agent, self.access, settings, Receipts(self.adapter, self.keeper)
+            self.adapter,
+            self.agent,
+            self.access,
+            settings,
+            Receipts(self.adapter, self.keeper),
+            intake=self.intake,
         )
         self.sync = SyncLoop(
             conn,

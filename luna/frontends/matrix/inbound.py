@@ -15,7 +15,7 @@ Invariants:
 - The event id is the replay and duplicate key; the answer goes to the thread, or in a
   bigger room as a reply to the message (``conversation.Room``).
 - A file over ``cap`` bytes, or one that cannot be had or decrypted, raises ``ChannelError``
-  when read (the layer says so in one line).
+  when read (the layer says so in one line); ``read_capped`` stops past its limit.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from luna.frontends.channels.contract import ChannelError, InboundEvent, Incomin
 from luna.frontends.matrix.adapter import remember
 from luna.frontends.matrix.conversation import Room, session_of
 from luna.frontends.matrix.events import MatrixFile, RoomMessage
-from luna.frontends.matrix.media import download
+from luna.frontends.matrix.media import download, download_capped
 
 
 def incoming_file(http: httpx.AsyncClient, token: str, file: MatrixFile, cap: int) -> IncomingFile:
@@ -42,7 +42,14 @@ def incoming_file(http: httpx.AsyncClient, token: str, file: MatrixFile, cap: in
         except MatrixError as e:
             raise ChannelError(str(e)) from e
 
-    return IncomingFile(file.name, file.declared_size or 0, file.declared_mime, read, file.kind)
+    async def read_capped(limit: int) -> bytes:
+        try:
+            return await download_capped(http, token, file, limit)
+        except MatrixError as e:
+            raise ChannelError(str(e)) from e
+
+    return IncomingFile(file.name, file.declared_size or 0, file.declared_mime, read, file.kind,
+                        read_capped)  # fmt: skip
 
 
 class Inbound:

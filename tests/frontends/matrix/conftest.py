@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 
 from luna.agent import Agent
+from luna.agent.image_parts import StoredImages
+from luna.attachments.intake import Intake
 from luna.config import Config
 from luna.frontends.matrix.frontend import MatrixFrontend
 from luna.llm import LLMClient
@@ -87,13 +89,15 @@ class World:
         memory = Memory(cfg.memory)
         await memory.open(background=False, use_vectors=False)  # keyword recall: no model load
         llm = LLMClient(cfg.llm)
-        agent = Agent(cfg, llm, memory, tools_registry(cfg))  # echo, and launch (ask)
+        intake = Intake(cfg)  # files, and the images the agent shows, as the app builds them
+        images = StoredImages(intake.images.load, intake.images.save)
+        agent = Agent(cfg, llm, memory, tools_registry(cfg), images=images)  # echo, launch
         scheduler = None
         if clock is not None:  # the scheduler as the app builds it, on a hand-moved clock
             schedule.register(agent.registry, cfg)
             scheduler = SchedulerService(cfg, memory, agent, agent.registry, clock=clock)
             agent.registry.scheduler = ToolPort(scheduler.api)
-        frontend = MatrixFrontend(cfg, agent, memory, scheduler and scheduler.router)
+        frontend = MatrixFrontend(cfg, agent, memory, intake, scheduler and scheduler.router)
         stop = asyncio.Event()
         task = asyncio.get_running_loop().create_task(frontend.run(stop))
         ready = asyncio.ensure_future(frontend.ready.wait())
