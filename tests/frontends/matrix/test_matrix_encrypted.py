@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+
+from luna.attachments.store import AttachmentStore, attachments_dir
 from tests.conftest import Reply
 from tests.fakes.images import png
 from tests.frontends.matrix.conftest import World
@@ -56,16 +59,20 @@ async def test_matrix_restart_between_two_encrypted_messages(world: World) -> No
 
 async def test_matrix_files_in_encrypted_room_arrive_decrypted(world: World) -> None:
     world.llm_server.script(Reply("nice picture and notes"))
-    await world.start_luna(burst_window=3.0)  # the two files are one turn
+    luna = await world.start_luna(burst_window=3.0)  # the two files are one turn
     room = await open_dm(world)
     notes = "shopping list: 🥕 carrots, 🍞 bread\n".encode() * 3
-    await world.owner.send_image(room, png(32, 32), "cat.png", "image/png")
+    image = png(32, 32)
+    await world.owner.send_image(room, image, "cat.png", "image/png")
     await world.owner.send_file(room, notes, "notes.txt", "text/plain")
     await world.owner.answer(room, world.bot.user_id, "nice picture and notes")
     assert len(world.llm_server.requests) == 1  # one burst, one turn
     sent = world.llm_server.requests[-1]["messages"][-1]["content"]
-    assert "cat.png" in str(sent)
+    assert "[image cat.png (image/png" in str(sent)  # through the attachments intake
     assert notes.decode() in str(sent)  # downloaded, hash-checked and decrypted
+    store = AttachmentStore(attachments_dir(luna.frontend.cfg.data_dir))
+    for data in (image, notes):  # stored as the owner sent them, not as the homeserver keeps them
+        assert store.verify(hashlib.sha256(data).hexdigest()) is None
 
 
 async def test_matrix_doctor_checks_homeserver_login_keys(world: World) -> None:
