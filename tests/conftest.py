@@ -21,6 +21,7 @@ Invariants:
 from __future__ import annotations
 
 import inspect
+import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,6 +30,7 @@ from typing import Any
 import pytest
 
 from luna.config import Config, build_config
+from luna.config.loader import machine_model_cache
 from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.real_llama import RealLlama, model_path
 
@@ -153,6 +155,13 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# The machine's prepared embedding model, where Luna finds it by default (``.ci/install``
+# prepares it): without it, every test's new data folder would export a copy of its own (20-30 s
+# of CPU each, and a turn waiting on it).
+_MACHINE_MODELS = machine_model_cache(dict(os.environ))
+PREPARED_MODEL = {"model_cache": str(_MACHINE_MODELS)} if _MACHINE_MODELS else {}
+
+
 @pytest.fixture
 def luna_config(tmp_path: Path, llm_server: FakeLLMServer) -> Callable[..., Config]:
     """Factory: ``luna_config({"agent": {"max_rounds": 3}}, env={...}) -> Config``."""
@@ -167,7 +176,7 @@ def luna_config(tmp_path: Path, llm_server: FakeLLMServer) -> Callable[..., Conf
                 "max_retries": 2,
                 "retry_backoff": 0.01,
             },
-            "memory": {"db_path": str(tmp_path / "data" / "luna.db")},
+            "memory": {"db_path": str(tmp_path / "data" / "luna.db"), **PREPARED_MODEL},
             "observe": {"log_dir": str(tmp_path / "data" / "logs"), "console": False},
             "agent": {"workspace": str(tmp_path / "workspace")},
             "tools": {"outputs_dir": str(tmp_path / "data" / "tool_outputs")},
