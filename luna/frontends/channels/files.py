@@ -56,7 +56,8 @@ def upload_of(f: IncomingFile, app: str, app_cap: int) -> Upload:
                 data = await (f.read_capped(cap) if f.read_capped is not None else f.read())
         except (ChannelError, TimeoutError) as e:
             status = e.status if isinstance(e, ChannelError) else None
-            log.warning("%s: %s could not be downloaded: %s", app, display_name(f.name), e)
+            reason = str(e) or f"no answer within {DOWNLOAD_TIMEOUT:g} s"  # a timeout has no text
+            log.warning("%s: %s could not be downloaded: %s", app, display_name(f.name), reason)
             log_event("channel_error", frontend=app, op="download", status=status,
                       error=type(e).__name__)  # fmt: skip
             raise AttachmentError(f"could not be downloaded from {app}") from None
