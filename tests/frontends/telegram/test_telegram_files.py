@@ -122,6 +122,7 @@ async def test_telegram_oversized_files_are_refused_without_a_whole_download(
     await telegram.wait_for(lambda: "Too big, sorry." in telegram.shown(OWNER))
     assert len(llm_server.requests) == 1
     assert [c["file_id"] for c in telegram.called("getFile")] == [liar]  # not the announced one
+    assert telegram.downloads == ["documents/file_2.txt"]  # the too-big one never fetched
     text = user_content(llm_server.requests[0])
     assert "[not taken: video.mp4: too big (14.3 MB; the limit is 977 KB" in text
     assert "[not taken: log.txt: too big (the limit is 977 KB, attachments.max_bytes)]" in text
