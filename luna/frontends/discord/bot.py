@@ -157,8 +157,11 @@ class LunaBot(discord.Client):
     async def close(self) -> None:
         if self.deliveries is not None:
             self.deliveries.unregister("discord")
-        await self.channel.aclose()
-        await super().close()
+        try:
+            await self.channel.aclose()
+        finally:
+            await self.adapter.aclose()  # the downloads' client
+            await super().close()
 
     # ---- routing -----------------------------------------------------------------------
 
@@ -221,7 +224,7 @@ class LunaBot(discord.Client):
             is_private=is_dm,
             addressed=True,
             address=address_of(channel, route.user_id, is_dm),
-            files=tuple(incoming_file(a) for a in message.attachments),
+            files=tuple(incoming_file(a, self.adapter.downloads) for a in message.attachments),
         )
         speaker = Speaker(route.user_id, route.scope, route.allow_tools, route.scope == "owner")
         self.channel.submit(event, speaker)

@@ -14,7 +14,7 @@ Invariants:
 - A button press counts only from the owner (the layer's rule); everyone gets an answer to
   the press, so Telegram's spinner stops.
 - Stopping: no more updates, running turns finish within ``agent.shutdown_grace``, then the
-  bot's HTTP clients are closed.
+  bot's HTTP clients and the files' download client are closed.
 """
 
 from __future__ import annotations
@@ -207,8 +207,8 @@ class TelegramFrontend:
             if update.callback_query is not None:
                 await self._press(update.callback_query)
             elif update.message is not None:
-                event = event_of(self.bot, update.update_id, update.message,
-                                 self.cfg.telegram.allowed_chats)  # fmt: skip
+                event = event_of(self.bot, self.adapter.downloads, update.update_id,
+                                 update.message, self.cfg.telegram.allowed_chats)  # fmt: skip
                 if event is not None and self.channel.receive(event):
                     return  # settled once its user message is committed
         except Exception as e:  # one bad update must not stop the bot
@@ -238,6 +238,7 @@ class TelegramFrontend:
         await asyncio.gather(*self._resumed, return_exceptions=True)
         if self.channel is not None:
             await self.channel.aclose()
+        await self.adapter.aclose()  # the downloads' client
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.bot.shutdown(), 10)
 

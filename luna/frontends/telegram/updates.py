@@ -23,7 +23,7 @@ from typing import Any
 from telegram import Bot, Message, MessageEntity
 
 from luna.frontends.channels.contract import ChannelError, InboundEvent, IncomingFile
-from luna.frontends.channels.download import fetch_capped
+from luna.frontends.channels.download import Downloads, fetch_capped
 from luna.frontends.telegram.calls import call
 from luna.frontends.telegram.conversation import Chat, session_of
 
@@ -55,7 +55,7 @@ def _strip_mention(text: str, username: str) -> str:
     return re.sub(rf"@{re.escape(username)}\b", " ", text, flags=re.IGNORECASE).strip()
 
 
-def _files(bot: Bot, message: Message) -> tuple[IncomingFile, ...]:
+def _files(bot: Bot, downloads: Downloads, message: Message) -> tuple[IncomingFile, ...]:
     found: list[tuple[str, str, int, str | None, str]] = []  # id, name, size, mime, kind
     if message.photo:
         largest = message.photo[-1]
@@ -81,7 +81,7 @@ def _files(bot: Bot, message: Message) -> tuple[IncomingFile, ...]:
             file = await call(bot.get_file(file_id))
             if not file.file_path:
                 raise ChannelError("Telegram gave no file path")
-            return await fetch_capped(file.file_path, limit)
+            return await fetch_capped(await downloads.client(), file.file_path, limit)
 
         return IncomingFile(name, size, mime, read, kind, read_capped)
 
@@ -89,10 +89,11 @@ def _files(bot: Bot, message: Message) -> tuple[IncomingFile, ...]:
 
 
 def event_of(
-    bot: Bot, update_id: int, message: Message, allowed_chats: Sequence[int]
+    bot: Bot, downloads: Downloads, update_id: int, message: Message, allowed_chats: Sequence[int]
 ) -> InboundEvent | None:
     """The event for ``message`` (None for what Luna never reads: service messages, other
-    bots' channels, groups outside ``allowed_chats``)."""
+    bots' channels, groups outside ``allowed_chats``); its files are fetched with
+    ``downloads``' client."""
     author = message.from_user
     if author is None:
         return None
@@ -117,7 +118,7 @@ def event_of(
         is_private=is_private,
         addressed=addressed,
         address=chat.address(f"{ID_PREFIX}{author.id}"),
-        files=_files(bot, message),
+        files=_files(bot, downloads, message),
     )
 
 

@@ -245,6 +245,7 @@ async def make_harness(
     for bot, memory, llm in opened:
         await bot.agent.drain(0)  # the image describer's background work stops too
         await bot.channel.aclose()
+        await bot.adapter.aclose()  # the attachments' download client
         await llm.close()
         await memory.close()
     callbacks.remove_callback("edit_message")

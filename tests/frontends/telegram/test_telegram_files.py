@@ -65,6 +65,9 @@ async def test_telegram_photo_reaches_a_vision_model_as_an_image_part(
     assert text_of(content).startswith("what is this?")
     assert [c["file_id"] for c in telegram.called("getFile")] == [file_id]  # the largest only
     assert stored(luna) == [("photo.jpg", "image", "image/jpeg")]
+    luna.stop.set()
+    await luna.task  # stopped: the download client is closed with the bot's
+    assert luna.frontend.adapter.downloads.is_closed
 
 
 async def test_telegram_document_photo_and_voice_reach_a_text_only_model(
