@@ -19,10 +19,11 @@ Invariants:
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from telegram import Bot, CallbackQuery, Update
 from telegram.request import HTTPXRequest
@@ -47,7 +48,9 @@ from luna.observe import log_event
 if TYPE_CHECKING:
     from luna.agent import Agent
     from luna.attachments.intake import Intake
+    from luna.frontends import Components
     from luna.memory import Memory
+    from luna.scheduler.delivery import DeliveryRouter
 
 log = logging.getLogger(__name__)
 
@@ -98,13 +101,18 @@ class TelegramFrontend:
     name = "telegram"
 
     def __init__(
-        self, cfg: Config, agent: Agent, memory: Memory, intake: Intake, deliveries: Any
+        self,
+        cfg: Config,
+        agent: Agent,
+        memory: Memory,
+        intake: Intake | None,  # None: files are refused
+        deliveries: DeliveryRouter | None,  # None: the scheduler is off
     ) -> None:
         self.cfg = cfg
         self.agent = agent
         self.memory = memory
         self.intake = intake
-        self.deliveries = deliveries  # luna.scheduler.delivery.DeliveryRouter, or None
+        self.deliveries = deliveries
         self.bot = make_bot(cfg)
         self.adapter = TelegramAdapter(self.bot, edit_interval=cfg.telegram.edit_interval)
         self.channel: Channel | None = None
@@ -243,6 +251,6 @@ class TelegramFrontend:
             await asyncio.wait_for(self.bot.shutdown(), 10)
 
 
-def make(parts: Any, args: Any) -> TelegramFrontend:
-    deliveries = getattr(parts.scheduler, "router", None)
+def make(parts: Components, args: argparse.Namespace) -> TelegramFrontend:
+    deliveries = parts.scheduler.router if parts.scheduler is not None else None
     return TelegramFrontend(parts.cfg, parts.agent, parts.memory, parts.intake, deliveries)
