@@ -1,18 +1,20 @@
-"""A chat app's file fetched over HTTP, never more than a cap: adapters build their
-``IncomingFile.read_capped`` on it.
+"""A chat app's file fetched over HTTP (or read from this machine), never more than a cap:
+adapters build their ``IncomingFile.read_capped`` on it.
 
 Job: :class:`Downloads` is one app's HTTP client for files, owned by its adapter;
 :func:`fetch_capped` GETs one URL the app gave (Discord's CDN, Telegram's file URL) with it and
 reads the body in chunks up to ``limit + 1`` bytes; past that it stops and closes the
 connection, so a file bigger than the cap costs the cap, never its whole size.
+:func:`read_local_capped` does the same for a path on this machine (a local Telegram Bot API
+server hands out paths), in a worker thread.
 
 Invariants:
 - One client per app, built on the first download in a worker thread (loading the TLS
   context and CA bundle takes tens of milliseconds), kept for every later one (connections
   are reused), and closed by ``aclose`` when the app stops; after that no download starts.
-- Errors are the channel layer's: an HTTP error status or a transport failure is a
-  ChannelError; the message names neither the URL nor the exception's text (a Telegram file
-  URL carries the bot's token).
+- Errors are the channel layer's: an HTTP error status, a transport failure or a file that
+  cannot be read is a ChannelError; the message names neither the URL nor the exception's
+  text (a Telegram file URL carries the bot's token, a local path has it as a folder).
 - Each network step has a timeout (``CALL_TIMEOUT``); the caller bounds the whole download.
 - The URL comes from the app itself, not from a user: it is fetched as given (redirects
   followed), not through ``web_fetch``'s address checks.
@@ -21,11 +23,13 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import httpx
 
 from luna.frontends.channels.contract import ChannelError
 from luna.frontends.channels.sending import CALL_TIMEOUT
+from luna.frontends.uploads import read_head
 
 CHUNK = 256 * 1024
 
@@ -78,3 +82,11 @@ async def fetch_capped(client: httpx.AsyncClient, url: str, limit: int) -> bytes
             return b"".join(chunks)[: limit + 1]
     except httpx.HTTPError as e:
         raise ChannelError(f"download failed ({type(e).__name__})") from e
+
+
+async def read_local_capped(path: Path, limit: int) -> bytes:
+    """The file at ``path`` on this machine, at most ``limit + 1`` bytes, read off the loop."""
+    try:
+        return await asyncio.to_thread(read_head, path, limit)
+    except OSError as e:
+        raise ChannelError(f"reading the file failed ({type(e).__name__})") from e

@@ -1,16 +1,17 @@
 """An app's download client over real HTTP (a loopback file host): one client for every
 download, its connection reused, built off the event loop, closed once the app stops, and a
-file past the cap cut one byte after it."""
+file past the cap cut one byte after it; a file on this machine read the same way."""
 
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pytest
 
 from luna.frontends.channels import download
 from luna.frontends.channels.contract import ChannelError
-from luna.frontends.channels.download import Downloads, fetch_capped
+from luna.frontends.channels.download import Downloads, fetch_capped, read_local_capped
 from tests.fakes.file_host import FileHost
 
 
@@ -53,3 +54,14 @@ async def test_downloads_closed_before_any_download_builds_no_client() -> None:
     await downloads.aclose()
     with pytest.raises(ChannelError):
         await downloads.client()
+
+
+async def test_read_local_capped_stops_past_the_cap_and_translates_errors(
+    tmp_path: Path,
+) -> None:
+    big = tmp_path / "big.log"
+    big.write_bytes(b"A" * 100_000)
+    assert len(await read_local_capped(big, 10_000)) == 10_001
+    assert await read_local_capped(big, 200_000) == b"A" * 100_000
+    with pytest.raises(ChannelError, match=r"^reading the file failed \(FileNotFoundError\)$"):
+        await read_local_capped(tmp_path / "gone.txt", 10)
