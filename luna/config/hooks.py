@@ -87,8 +87,8 @@ class HookConfig(Section):
             return value
         if not isinstance(value, str) or not value.strip():
             raise ValueError(
-                'must be "owner", a front-end\'s name ("web", "repl", "discord", "telegram") or '
-                'a table like { frontend = "discord", channel_id = "123" }'
+                'must be "owner", a front-end\'s name ("web", "repl", "discord", "telegram", '
+                '"matrix") or a table like { frontend = "discord", channel_id = "123" }'
             )
         return value
 

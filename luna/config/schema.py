@@ -217,6 +217,7 @@ class ToolsConfig(Section):
     repl_permissions: dict[str, PermissionLevel] = Field(default_factory=dict)
     discord_permissions: dict[str, PermissionLevel] = Field(default_factory=dict)
     telegram_permissions: dict[str, PermissionLevel] = Field(default_factory=dict)
+    matrix_permissions: dict[str, PermissionLevel] = Field(default_factory=dict)
     web_permissions: dict[str, PermissionLevel] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -263,6 +264,8 @@ class MatrixConfig(Section):
     # an allowed user's: "cross-signed" (signed by their account's cross-signing key, trusted
     # on first use) or "unverified" (any device the homeserver lists).
     trust: MatrixTrust = "cross-signed"
+    # Messages from one person within this many seconds of each other are one turn.
+    burst_window: Annotated[float, Field(ge=0, le=60)] = 1.5
     edit_interval: Annotated[float, Field(ge=0.2, le=60)] = 1.5
     max_attachment_bytes: Annotated[int, Field(ge=0, le=100_000_000)] = 10_000_000
     request_timeout: Annotated[float, Field(ge=1, le=600)] = 30.0
@@ -351,7 +354,7 @@ class SchedulerConfig(Section):
     heartbeat_cron: NonEmpty = "0 9 * * *"
     heartbeat_prompt: NonEmpty = DEFAULT_HEARTBEAT_PROMPT
     heartbeat_file: Path = Path("data/workspace/HEARTBEAT.md")
-    heartbeat_to: Literal["auto", "repl", "discord", "telegram"] = "auto"
+    heartbeat_to: Literal["auto", "repl", "discord", "telegram", "matrix"] = "auto"
 
 
 class AttachmentsConfig(Section):

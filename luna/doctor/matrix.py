@@ -53,14 +53,23 @@ async def _whoami(http: httpx.AsyncClient, token: str) -> tuple[str, str] | Chec
     return str(data.get("user_id", "")), str(data.get("device_id", ""))
 
 
-async def _published(http: httpx.AsyncClient, token: str, user: str, device: str) -> bool:
+async def _published(http: httpx.AsyncClient, token: str, user: str, device: str) -> str | None:
+    """The device's published ed25519 key (its fingerprint), or None when it has none."""
     resp = await http.post(
         "/_matrix/client/v3/keys/query",
         json={"device_keys": {user: [device]}},
         headers={"Authorization": f"Bearer {token}"},
     )
     resp.raise_for_status()
-    return device in (resp.json().get("device_keys", {}).get(user) or {})
+    keys = (resp.json().get("device_keys", {}).get(user) or {}).get(device)
+    if not isinstance(keys, dict):
+        return None
+    return str((keys.get("keys") or {}).get(f"ed25519:{device}") or "") or None
+
+
+def fingerprint(key: str) -> str:
+    """An ed25519 key in groups of four, as Element shows a session key."""
+    return " ".join(key[i : i + 4] for i in range(0, len(key), 4))
 
 
 async def check_matrix(cfg: Config) -> list[CheckResult]:
@@ -99,13 +108,18 @@ async def check_matrix(cfg: Config) -> list[CheckResult]:
                 )
             else:
                 results.append(ok("Matrix login", f"{user}, device {device}"))
-                if stored and not await _published(http, m.access_token, user, device):
+                key = await _published(http, m.access_token, user, device) if stored else None
+                if stored and key is None:
                     results.append(
                         fail(
                             "Matrix device keys",
                             f"device {device} has no keys on the homeserver",
                             "start Luna once: it uploads them",
                         )
+                    )
+                elif key is not None:  # what the owner compares to verify her device
+                    results.append(
+                        ok("Matrix device keys", f"published; fingerprint {fingerprint(key)}")
                     )
         elif m.password:
             results.append(ok("Matrix login", f"MATRIX_PASSWORD set for {m.user_id or '?'}"))

@@ -1,5 +1,5 @@
 """Front-ends: where messages come from and replies go (terminal REPL, web, and the chat apps
-Discord and Telegram on the channel layer, ``channels/``).
+Discord, Telegram and Matrix on the channel layer, ``channels/``).
 
 Each front-end builds ``InboundMessage`` s, runs them through ``Agent.run_turn`` and renders the
 events. Front-ends may import anything below them; nothing below imports a front-end (a test

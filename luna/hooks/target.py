@@ -3,13 +3,17 @@
 Invariants:
 - ``"owner"`` is where the owner hears from Luna when no conversation is named, the
   scheduler's rule (:func:`luna.scheduler.model.owner_target`: a Discord DM when a bot token
-  and ``discord.owner_id`` are set, else a Telegram chat, else the terminal); ``"discord"``
-  is the owner's DM, ``"telegram"`` the owner's Telegram chat;
+  and ``discord.owner_id`` are set, else a Telegram chat, else a Matrix room, else the
+  terminal); ``"discord"``
+  is the owner's DM, ``"telegram"`` the owner's Telegram chat, ``"matrix"`` the owner's
+  direct room on Matrix (found, or made, when a result is shown);
   ``"web"`` is the page, in the hook's session; ``"repl"`` the terminal's next start.
 - A table names a front-end and its own address, as the scheduler stores it (Discord:
-  ``channel_id``, ``user_id``, ``is_dm``; Telegram: ``chat_id``, ``thread_id``).
+  ``channel_id``, ``user_id``, ``is_dm``; Telegram: ``chat_id``, ``thread_id``; Matrix:
+  ``room_id``, ``thread_root``, or ``user_id`` with ``is_dm``).
 - :func:`target_problem` finds, without any network call, a target nothing could ever show:
-  an unknown front-end, a Discord address without a numeric id, Discord without its token.
+  an unknown front-end, a Discord address without a numeric id, Discord without its token,
+  a Matrix address naming no room (``!…``) or person (``@…``), Matrix without a login.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from luna.errors import ScheduleError
 from luna.scheduler.model import Target, owner_target
 
 # The front-ends that register with the scheduler's delivery router.
-FRONTENDS = ("repl", "web", "discord", "telegram")
+FRONTENDS = ("repl", "web", "discord", "telegram", "matrix")
 DISCORD_IDS = ("channel_id", "user_id")
 
 
@@ -29,7 +33,7 @@ def resolve(cfg: Config, name: str, hook: HookConfig) -> Target:
     spec = hook.deliver_to
     if spec == "owner":
         return owner_target(cfg)
-    if spec in ("discord", "telegram"):
+    if spec in ("discord", "telegram", "matrix"):
         return owner_target(cfg, spec)
     if spec == "web":
         return Target("web", {"session_id": session_of(name, hook)})
@@ -44,6 +48,8 @@ def target_problem(cfg: Config, target: Target) -> str | None:
         return f"unknown front-end {target.frontend!r} (one of {', '.join(FRONTENDS)})"
     if target.frontend == "telegram":
         return _telegram_problem(cfg, target)
+    if target.frontend == "matrix":
+        return _matrix_problem(cfg, target)
     if target.frontend != "discord":
         return None
     ids = {k: str(target.address.get(k, "")) for k in DISCORD_IDS if target.address.get(k)}
@@ -63,6 +69,20 @@ def _telegram_problem(cfg: Config, target: Target) -> str | None:
         return "a Telegram target needs chat_id, a number (a group's is negative)"
     if not cfg.telegram.token:
         return "it delivers to Telegram, but TELEGRAM_TOKEN is not set: results would wait there"
+    return None
+
+
+def _matrix_problem(cfg: Config, target: Target) -> str | None:
+    room = str(target.address.get("room_id", ""))
+    user = str(target.address.get("user_id", ""))
+    if not (room.startswith("!") or (user.startswith("@") and target.address.get("is_dm"))):
+        return 'a Matrix target needs room_id ("!…:server") or user_id ("@…:server") with is_dm'
+    m = cfg.matrix
+    if not (m.homeserver and (m.access_token or m.password)):
+        return (
+            "it delivers to Matrix, but matrix.homeserver and a login (MATRIX_ACCESS_TOKEN or "
+            "MATRIX_PASSWORD) are not set: results would wait there"
+        )
     return None
 
 

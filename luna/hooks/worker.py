@@ -48,7 +48,8 @@ def _now() -> dt.datetime:
 
 def _frontend(target: Target) -> Frontend:
     """The front-end whose tool levels the turn gets: the one its result goes to."""
-    chat: dict[str, Frontend] = {"discord": "discord", "telegram": "telegram", "repl": "repl"}
+    chat: dict[str, Frontend] = {"discord": "discord", "telegram": "telegram",
+                                 "matrix": "matrix", "repl": "repl"}  # fmt: skip
     return chat.get(target.frontend, "web")
 
 

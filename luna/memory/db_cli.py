@@ -122,6 +122,8 @@ async def backup_cmd(args: argparse.Namespace, cfg: Config) -> int:
             f"attachments in {result.path.parent / 'attachments'}: {files.copied} copied, "
             f"{files.present} already there"
         )
+    if result.crypto is not None:
+        print(f"Matrix crypto store (device {result.crypto.device_id}): {result.crypto.path}")
     if files is not None and files.missing:
         print(
             f"luna backup: {files.missing} attachments the log refers to are missing or "
@@ -168,6 +170,10 @@ async def restore_cmd(args: argparse.Namespace, cfg: Config) -> int:
             "files are gone",
             file=sys.stderr,
         )
+    if done.crypto is not None:
+        print(f"Matrix crypto store of device {done.crypto.device_id} put back")
+        if done.crypto.aside:
+            print(f"the previous Matrix crypto store is kept as {done.crypto.aside[0]}")
     if done.aside:
         print(f"the previous database is kept as {done.aside[0]}")
     else:

@@ -44,10 +44,10 @@ def add_parser(subparsers: Any) -> None:
     a.add_argument("--prompt", action="store_true", help="run TEXT as a turn with tools")
     a.add_argument(
         "--to",
-        choices=("auto", "repl", "discord", "telegram"),
+        choices=("auto", "repl", "discord", "telegram", "matrix"),
         default="auto",
-        help="where to deliver: the terminal or a Discord DM to discord.owner_id "
-        "(auto: Discord when a token and owner_id are set)",
+        help="where to deliver: the terminal, or the owner's Discord DM, Telegram chat or "
+        "Matrix direct room (auto: the first of those that is configured)",
     )
     a.add_argument("--json", action="store_true", help="print the task as JSON")
     a.set_defaults(handler=add_cmd)

@@ -37,6 +37,7 @@ PERMISSION_FRONTENDS: dict[str, Frontend] = {
     "repl": "repl",
     "discord": "discord",
     "telegram": "telegram",
+    "matrix": "matrix",
     "web": "web",
 }
 HEARTBEAT_FILE_CHARS = 20_000

@@ -265,10 +265,19 @@ def owner_target(cfg: Config, prefer: str = "auto") -> Target:
     """Where the owner hears from Luna when no conversation is named: a Discord DM when a bot
     token and ``discord.owner_id`` are set (or ``prefer == "discord"``), else a Telegram chat
     with the owner when ``TELEGRAM_TOKEN`` and ``telegram.owner_id`` are (or ``prefer ==
-    "telegram"``), else the terminal."""
+    "telegram"``), else the owner's direct room on Matrix when a homeserver, a login and
+    ``matrix.owner`` are (or ``prefer == "matrix"``), else the terminal."""
     if prefer == "repl":
         return Target("repl")
+    m = cfg.matrix
+    has_matrix = bool(m.homeserver and (m.access_token or m.password) and m.owner)
     has_telegram = bool(cfg.telegram.token) and bool(cfg.telegram.owner_id)
+    if prefer == "matrix" or (
+        prefer == "auto" and has_matrix and not cfg.discord.token and not cfg.telegram.token
+    ):
+        if not m.owner:
+            raise ScheduleError("delivering to Matrix needs matrix.owner")
+        return Target("matrix", {"user_id": m.owner, "is_dm": True})
     if prefer == "telegram" or (prefer == "auto" and has_telegram and not cfg.discord.token):
         if not cfg.telegram.owner_id:
             raise ScheduleError("delivering to Telegram needs telegram.owner_id")

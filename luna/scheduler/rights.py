@@ -1,9 +1,10 @@
 """Who may schedule what, decided from the configuration at the moment it matters.
 
 Invariants:
-- The owner is ``"owner"`` (the REPL, the CLI, the web page), ``discord.owner_id`` or
-  ``telegram:`` + ``telegram.owner_id``; the people in ``discord.allowed_users`` and
-  ``telegram.allowed_users`` (``telegram:<id>``) are trusted; everyone else is a stranger.
+- The owner is ``"owner"`` (the REPL, the CLI, the web page), ``discord.owner_id``,
+  ``telegram:`` + ``telegram.owner_id`` or ``matrix.owner`` (a Matrix id, ``@…``); the people
+  in ``discord.allowed_users``, ``telegram.allowed_users`` (``telegram:<id>``) and
+  ``matrix.allowed_users`` are trusted; everyone else is a stranger.
 - Only the owner and trusted people may schedule prompts (turns with tools). Strangers may
   set plain reminders when ``scheduler.strangers = "reminders"``, else nothing.
 - The same rules are applied again when a task runs: a person removed from
@@ -25,6 +26,8 @@ def role_of(cfg: Config, user_id: str) -> Role:
         return "owner"
     if user_id.startswith("telegram:"):
         return _telegram_role(cfg, user_id.removeprefix("telegram:"))
+    if user_id.startswith("@"):
+        return _matrix_role(cfg, user_id)
     try:
         uid = int(user_id)
     except ValueError:
@@ -40,6 +43,14 @@ def _telegram_role(cfg: Config, telegram_id: str) -> Role:
     if cfg.telegram.owner_id and telegram_id == str(cfg.telegram.owner_id):
         return "owner"
     if telegram_id in {str(u) for u in cfg.telegram.allowed_users}:
+        return "trusted"
+    return "stranger"
+
+
+def _matrix_role(cfg: Config, mxid: str) -> Role:
+    if cfg.matrix.owner and mxid == cfg.matrix.owner:
+        return "owner"
+    if mxid in cfg.matrix.allowed_users:
         return "trusted"
     return "stranger"
 

@@ -18,7 +18,7 @@ from luna.scheduler.api import Schedules, task_line
 from luna.scheduler.model import Requester, Target, TaskRequest
 from luna.tools.registry import ToolContext
 
-ADDRESSED = ("repl", "discord", "telegram", "web")
+ADDRESSED = ("repl", "discord", "telegram", "matrix", "web")
 
 
 def requester_of(ctx: ToolContext) -> Requester:

@@ -3,8 +3,8 @@
 Resolution order (later wins): the level the tool was registered with → built-in front-end
 defaults (in the REPL the owner is at the keyboard, so sandboxed bash and workspace file tools
 run without asking) → ``tools.permissions`` → ``tools.repl_permissions`` /
-``tools.discord_permissions`` / ``tools.telegram_permissions`` / ``tools.web_permissions``
-for that front-end.
+``tools.discord_permissions`` / ``tools.telegram_permissions`` / ``tools.matrix_permissions``
+/ ``tools.web_permissions`` for that front-end.
 
 Invariants:
 - The result is always one of ``allow``, ``ask``, ``deny``; unknown values (already refused by
@@ -45,6 +45,7 @@ def resolve_level(
         "repl": cfg.repl_permissions,
         "discord": cfg.discord_permissions,
         "telegram": cfg.telegram_permissions,
+        "matrix": cfg.matrix_permissions,
         "web": cfg.web_permissions,
     }
     level = per_frontend.get(frontend, {}).get(tool, level)

@@ -564,7 +564,7 @@ async def test_llm_retries_a_connection_closed_before_any_answer(
     """A kept-alive connection the server closed just as the request went out (the real
     llama-server did this once mid-turn in CI): nothing was answered, so it is sent again."""
     llm_server.script(Reply(drop=True), Reply(content="hello"))
-    with caplog.at_level(logging.WARNING, logger="luna.llm.client"):
+    with caplog.at_level(logging.WARNING, logger="luna.llm.retrying"):
         resp = await (client.stream(USER) if streamed else client.chat(USER))
     assert resp.content == "hello"
     assert len(llm_server.requests) == 2

@@ -1,6 +1,6 @@
 """The channel layer: what every chat app needs, under one adapter per app.
 
-An adapter (``discord/``, ``telegram/``) only translates: its app's events become
+An adapter (``discord/``, ``telegram/``, ``matrix/``) only translates: its app's events become
 :class:`~luna.frontends.channels.contract.InboundEvent` s handed to
 :meth:`~luna.frontends.channels.channel.Channel.receive`, and the layer's calls (send, edit,
 typing, approval prompts, where a scheduled result goes) become its app's calls, per the

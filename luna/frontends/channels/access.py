@@ -9,7 +9,8 @@ Invariants:
 - The owner is one person across apps: their id in any app has memory scope ``owner``.
   Everyone else keeps a scope of their own per app: ``user:`` + their user id, which is the
   app's id after the app's ``id_prefix`` (Discord's ``user:<id>``, kept as it always was;
-  Telegram's ``user:telegram:<id>``). The user id is what scheduled tasks are filed under.
+  Telegram's ``user:telegram:<id>``; Matrix's ``user:<mxid>``, an id that names its
+  server). The user id is what scheduled tasks are filed under.
 - Bots (Luna herself included) are never heard.
 - In a group Luna answers only when addressed (mentioned, replied to, in a thread she
   follows); a private chat is always addressed.

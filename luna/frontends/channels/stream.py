@@ -7,8 +7,9 @@ message per tool). :meth:`finish` writes the final text, split at the app's ``li
 
 Invariants:
 - While streaming, the app is written to at most once per ``edit_interval`` seconds, and never
-  before a rate limit's ``retry_after`` has passed; a failed live edit keeps the old message
-  (the next one catches up).
+  before a rate limit's ``retry_after`` has passed (nor are the final writes: they wait for
+  a limit a live write met); a failed live edit keeps the old message (the next one catches
+  up).
 - The final reply is never lost: a rate limit is waited out, a failed edit becomes a new
   message, and a chunk the app still finds too long is halved until it fits. A live write
   already sent is waited for, never cancelled (a cancelled send would leave a message the
@@ -231,6 +232,9 @@ class ReplyStream:
             if not self._writing:  # still waiting for its turn: not needed any more
                 task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+        wait = self._not_before - time.monotonic()
+        if wait > 0:  # a live write met a rate limit: the final writes come after its end
+            await asyncio.sleep(wait)
         if self._tools or self.status_message is not None:
             self._status_dirty = True
         await self._flush(live=False)

@@ -1,7 +1,10 @@
-"""Luna on Matrix, end-to-end encrypted rooms included (mautrix + python-olm).
+"""Luna on Matrix, end-to-end encrypted rooms included (mautrix + python-olm), on the channel
+layer (``luna.frontends.channels``).
 
-Read in this order: ``frontend`` (start, stop, one turn), ``routing`` (who, where),
-``connection`` (login, device keys), ``sync`` (events in, token saved after them), ``events``
-(event JSON to facts), ``outbox`` and ``reply`` (events out, rate limits), ``render`` (Markdown
-to Matrix HTML), ``media`` and ``intake`` (files), ``approval``, ``sync_token``.
+Read in this order: ``frontend`` (start, stop, events to the layer), ``inbound`` (a room
+message as the layer's event), ``adapter`` (the layer's calls as room events), ``connection``
+(login, device keys), ``sync`` (events in, token saved after them), ``events`` (event JSON to
+facts), ``outbox`` (events out, rate limits as the layer's errors), ``render`` (Markdown to
+Matrix HTML), ``media`` (files, decrypted), ``conversation`` (rooms, sessions, addresses),
+``sync_token``.
 """

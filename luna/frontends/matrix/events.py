@@ -15,7 +15,8 @@ Invariants:
   (``is_falling_back``): replying in a thread is not replying to the bot.
 - Files: ``m.image``/``m.file``/``m.audio``/``m.video`` carry an ``mxc://`` URL, plain
   (``url``) or encrypted (``file``, with its key, IV and hash); the declared size and MIME
-  type are the sender's claims, never trusted further than display.
+  type are the sender's claims, never trusted further than display. A voice message
+  (``org.matrix.msc3245.voice``) is of kind "voice", an image "photo".
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class MatrixFile:
     declared_size: int | None
     declared_mime: str | None
     encryption: dict[str, Any] | None  # the EncryptedFile JSON (key, iv, hashes), or None
+    kind: str = "document"  # "photo" (m.image), "voice" (a voice message), else "document"
 
 
 @dataclass(frozen=True)
@@ -88,12 +90,18 @@ def _file(content: dict[str, Any]) -> MatrixFile | None:
     name = content.get("filename") or content.get("body") or "file"
     size = info.get("size")
     mime = info.get("mimetype")
+    kind = "document"
+    if content.get("msgtype") == "m.image":
+        kind = "photo"
+    elif content.get("msgtype") == "m.audio" and "org.matrix.msc3245.voice" in content:
+        kind = "voice"
     return MatrixFile(
         name=str(name),
         url=url,
         declared_size=size if isinstance(size, int) else None,
         declared_mime=mime if isinstance(mime, str) else None,
         encryption=encrypted,
+        kind=kind,
     )
 
 

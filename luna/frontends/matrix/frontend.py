@@ -1,18 +1,25 @@
-"""The Matrix front-end: connect, sync, route each message to a turn, stream the answer back.
+"""Luna's Matrix front-end: the bot's connection and sync around the channel layer.
 
 Job: :class:`MatrixFrontend` keeps the front-end contract (``luna.frontends``): ``run(stop)``
-logs in (``connection``), syncs (``sync``), and for each message that ``routing`` accepts runs
-``agent.run_turn`` with typing shown and the answer streamed (``reply``). Invites are accepted
-from the owner and allowed users, declined for anyone else. Reactions and replies to an
-approval prompt go to ``approval`` first.
+logs in (``connection``), syncs (``sync``), hands each room message to the channel layer as
+an ``InboundEvent`` (``inbound``) and each answer to an approval prompt (a reaction or a
+reply from the owner) to the layer's approvals; the layer's calls come back through the
+:class:`~luna.frontends.matrix.adapter.MatrixAdapter`. Invites are accepted from the owner
+and allowed users, declined for anyone else. Scheduled results are delivered while it runs.
 
 Invariants:
-- Nothing raised while handling one message stops the front-end: a failed turn shows one
-  short line and logs the traceback; CancelledError propagates.
-- Messages of one session run in arrival order (the agent's session lock, taken in order);
-  every turn task is tracked and cancelled at close.
+- Who is heard, bursts, one turn per session, streaming, splitting and approvals are the
+  channel layer's; this module translates and keeps the connection.
+- The owner is one person across apps: ``matrix.owner`` has memory scope ``owner``; an
+  allowed user keeps scope ``user:<mxid>`` (ids need no app prefix: a Matrix id names its
+  server).
+- The sync token is saved once what its batch brought is settled (``settle``): a message
+  still in a burst or queued behind its session's running turn when Luna stops is synced
+  again at the next start.
+- Nothing raised while handling one event stops the front-end (logged, the sync goes on);
+  CancelledError propagates.
 - On stop: sync stops first (no new turns), running turns finish within
-  ``agent.shutdown_grace`` (``agent.drain``), then the connection closes.
+  ``agent.shutdown_grace`` (``agent.drain``), then the layer and the connection close.
 """
 
 from __future__ import annotations
@@ -20,29 +27,35 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from mautrix.errors import MatrixRequestError
-from mautrix.types import EventID, RoomID
+from mautrix.types import RoomID
 
 from luna.config import Config
 from luna.errors import ConfigError, LunaError, MatrixError
-from luna.frontends.matrix import intake, routing
-from luna.frontends.matrix.approval import Approvals
+from luna.frontends.channels.access import Access
+from luna.frontends.channels.channel import Channel, ChannelSettings
+from luna.frontends.channels.contract import InboundEvent
+from luna.frontends.channels.delivery import ScheduledDelivery
+from luna.frontends.channels.sending import LIVE_PATIENCE, attempt
+from luna.frontends.matrix.adapter import MatrixAdapter, verdict
 from luna.frontends.matrix.connection import TRUST, Connection, connect
 from luna.frontends.matrix.events import Reaction, RoomMessage
+from luna.frontends.matrix.inbound import Inbound
 from luna.frontends.matrix.outbox import Outbox
-from luna.frontends.matrix.reply import ReplyStream
+from luna.frontends.matrix.settle import TokenKeeper
 from luna.frontends.matrix.sync import SyncLoop
 from luna.frontends.matrix.sync_token import SyncTokens
-from luna.messages import InboundMessage
 from luna.observe import log_event
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from luna.agent import Agent
+    from luna.attachments.intake import Intake
+    from luna.memory import Memory
 
-TYPING_EVERY = 20.0  # the typing notice is sent with a 30 s timeout
-GENERIC_FAILURE = "Something went wrong on my side; the details are in the log."
-MAX_KNOWN = 4096  # Luna's own event ids and threads remembered for replies and threads
+log = logging.getLogger(__name__)
 
 
 def check(cfg: Config, mode: str = "auto") -> None:
@@ -55,40 +68,94 @@ def check(cfg: Config, mode: str = "auto") -> None:
         raise ConfigError("matrix.owner must be set (the Matrix user id whose approvals count)")
 
 
+def access_of(cfg: Config) -> Access:
+    m = cfg.matrix
+    return Access.of([m.owner], m.allowed_users, strangers_can_chat=False, id_prefix="")
+
+
+class Receipts:
+    """The layer's receipts: each event's fate settles it for the sync token (``settle``);
+    a turn's reply written, its room's typing notice goes."""
+
+    def __init__(self, adapter: MatrixAdapter, keeper: TokenKeeper) -> None:
+        self.adapter = adapter
+        self.keeper = keeper
+
+    def dropped(self, event: InboundEvent) -> None:
+        self.keeper.settle([event.message_id])
+
+    async def stored(self, events: Sequence[InboundEvent], message_id: int) -> None:
+        self.keeper.settle(e.message_id for e in events)
+        await self.keeper.flush()
+
+    async def answered(self, events: Sequence[InboundEvent]) -> None:
+        self.keeper.settle(e.message_id for e in events)  # a turn that never stored its message
+        await self.keeper.flush()
+        room = events[0].conversation
+        await attempt("matrix", "typing", lambda: self.adapter.stop_typing(room),
+                      patience=LIVE_PATIENCE)  # fmt: skip
+
+
 def make(parts: Any, args: Any) -> MatrixFrontend:
-    return MatrixFrontend(parts.cfg, parts.agent, SyncTokens(parts.memory.store))
+    deliveries = getattr(parts.scheduler, "router", None)
+    return MatrixFrontend(parts.cfg, parts.agent, parts.memory, parts.intake, deliveries)
 
 
 class MatrixFrontend:
     name = "matrix"
 
-    def __init__(self, cfg: Config, agent: Any, tokens: SyncTokens) -> None:
+    def __init__(
+        self, cfg: Config, agent: Agent, memory: Memory, intake: Intake, deliveries: Any = None
+    ) -> None:
         self.cfg = cfg
         self.agent = agent
-        self.tokens = tokens
+        self.intake = intake
+        self.tokens = SyncTokens(memory.store)
+        self.deliveries = deliveries  # luna.scheduler.delivery.DeliveryRouter, or None
+        self.access = access_of(cfg)
         self.conn: Connection | None = None
         self.outbox: Outbox | None = None
-        self.approvals = Approvals(cfg.matrix.owner, cfg.tools.approval_timeout)
-        self.own_events: dict[str, None] = {}  # Luna's events (replies to them are for her)
-        self.threads: dict[str, None] = {}  # thread roots Luna answers in
-        self.direct: dict[str, bool] = {}
-        self.turns: set[asyncio.Task[None]] = set()
+        self.adapter: MatrixAdapter | None = None
+        self.inbound: Inbound | None = None
+        self.channel: Channel | None = None
         self.ready = asyncio.Event()  # logged in and syncing (tests wait for it)
         self.sync: SyncLoop | None = None
+        self.keeper: TokenKeeper | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
         m = self.cfg.matrix
-        self.conn = await connect(m, self.cfg.data_dir)
-        self.outbox = Outbox(self.conn.client, m.homeserver, m.request_timeout)
+        self.conn = conn = await connect(m, self.cfg.data_dir)
+        self.outbox = Outbox(conn.client, m.homeserver, m.request_timeout)
+        self.adapter = MatrixAdapter(conn.client, self.outbox, edit_interval=m.edit_interval)
+        self.inbound = Inbound(conn.client, self.adapter.own_events, self.outbox.http,
+                               m.max_attachment_bytes)  # fmt: skip
+        settings = ChannelSettings(
+            burst_window=m.burst_window,
+            max_attachment_bytes=m.max_attachment_bytes,
+            approval_timeout=self.cfg.tools.approval_timeout,
+        )
+        self.keeper = TokenKeeper(
+            self.tokens, conn.user_id, max_hold=2 * self.cfg.agent.turn_timeout
+        )
+        self.channel = Channel(
+            self.adapter,
+            self.agent,
+            self.access,
+            settings,
+            Receipts(self.adapter, self.keeper),
+            intake=self.intake,
+        )
         self.sync = SyncLoop(
-            self.conn,
-            self.tokens,
+            conn,
+            self.keeper,
             self.deliver,
             self.on_invite,
             min_trust=TRUST[m.trust],
             request_timeout=m.request_timeout,
         )
-        log_event("matrix_ready", user_id=self.conn.user_id, device_id=self.conn.device_id)
+        if self.deliveries is not None:
+            self.deliveries.register("matrix", ScheduledDelivery(self.adapter))
+        log_event("matrix_ready", user_id=conn.user_id, device_id=conn.device_id)
         self.ready.set()
         syncing = asyncio.create_task(self.sync.run(stop), name="matrix-sync")
         stopper = asyncio.create_task(stop.wait())
@@ -99,21 +166,27 @@ class MatrixFrontend:
             syncing.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await syncing
-            await self.agent.drain(self.cfg.agent.shutdown_grace)
-            for task in self.turns:
-                task.cancel()
-            await asyncio.gather(*self.turns, return_exceptions=True)
-            await self.outbox.close()
-            await self.conn.close()
+            await self._close()
         if syncing.done() and not syncing.cancelled() and syncing.exception() is not None:
             error = syncing.exception()
             raise LunaError(f"the Matrix sync stopped: {error}") from error
+
+    async def _close(self) -> None:
+        if self.deliveries is not None:
+            self.deliveries.unregister("matrix")
+        await self.agent.drain(self.cfg.agent.shutdown_grace)
+        if self.channel is not None:
+            await self.channel.aclose()
+        if self.outbox is not None:
+            await self.outbox.close()
+        if self.conn is not None:
+            await self.conn.close()
 
     # ---- events in ----------------------------------------------------------------------
 
     async def on_invite(self, room_id: str, inviter: str) -> None:
         client = self._conn().client
-        accept = routing.may_invite(inviter, self.cfg.matrix)
+        accept = self.access.speaker(inviter) is not None
         log_event("matrix_invite", room=room_id, inviter=inviter, accepted=accept)
         try:
             if accept:
@@ -124,116 +197,35 @@ class MatrixFrontend:
             log_event("matrix_error", op="invite", error=type(e).__name__)
 
     async def deliver(self, item: RoomMessage | Reaction) -> None:
-        if isinstance(item, Reaction):
-            self.approvals.answer(item.sender, item.target, item.key)
-            return
-        if item.reply_to and self.approvals.answer(item.sender, item.reply_to, item.text):
-            return
-        facts = routing.RoomFacts(
-            is_direct=await self._is_direct(item.room_id),
-            replies_to_bot=await self._is_own(item.room_id, item.reply_to),
-            known_thread=item.thread_root in self.threads
-            or await self._is_own(item.room_id, item.thread_root),
-        )
-        route = routing.decide(item, facts, self.cfg.matrix)
-        if route is None:
-            return
-        if route.thread_root:
-            _remember(self.threads, route.thread_root)
-        log_event("matrix_message", session=route.session_id, event_id=item.event_id)
-        task = asyncio.get_running_loop().create_task(self.run_turn(item, route))
-        self.turns.add(task)
-        task.add_done_callback(self.turns.discard)
-
-    async def _is_own(self, room_id: str, event_id: str | None) -> bool:
-        """Whether ``event_id`` is Luna's (remembered, else asked of the homeserver)."""
-        if event_id is None:
-            return False
-        if event_id in self.own_events:
-            return True
-        client = self._conn().client
+        """One message or reaction from the sync (never raises but CancelledError)."""
+        channel, inbound = self.channel, self.inbound
+        if channel is None or inbound is None:
+            raise MatrixError("the Matrix front-end is not connected")
         try:
-            event = await client.get_event(RoomID(room_id), EventID(event_id))
-        except MatrixRequestError:
-            return False
-        if event.sender == client.mxid:
-            _remember(self.own_events, event_id)
-            return True
-        return False
+            if isinstance(item, Reaction):
+                allow = verdict(item.key)
+                if allow is not None:
+                    channel.approvals.answer(item.target, item.sender, allow)
+                return
+            allow = verdict(item.text) if item.reply_to else None
+            if item.reply_to and allow is not None:
+                if channel.approvals.answer(item.reply_to, item.sender, allow) != "unknown":
+                    return  # an answer to a prompt, never a message to the model
+            event = await inbound.event_of(item)
+            if channel.receive(event):
+                self._keeper().hold(event.message_id)  # the token waits until it settles
+                if item.thread_root is not None:
+                    inbound.follow(item.thread_root)
+        except Exception as e:  # one bad event must not stop the sync (the log has why)
+            log.exception("matrix: handling %s failed", item.event_id)
+            log_event("channel_error", frontend="matrix", op="event", error=type(e).__name__)
 
-    async def _is_direct(self, room_id: str) -> bool:
-        if room_id not in self.direct:
-            members = await self._conn().client.get_joined_members(RoomID(room_id))
-            self.direct[room_id] = len(members) <= 2
-        return self.direct[room_id]
-
-    # ---- one turn -----------------------------------------------------------------------
-
-    async def run_turn(self, msg: RoomMessage, route: routing.Route) -> None:
-        conn, outbox, m = self._conn(), self._outbox(), self.cfg.matrix
-        text = msg.text
-        if msg.files:
-            files = await intake.files_text(
-                outbox.http, str(conn.client.api.token), msg.files, m.max_attachment_bytes
-            )
-            text = f"{text}\n\n{files}" if text else files
-        stream = ReplyStream(
-            outbox,
-            msg.room_id,
-            thread_root=route.thread_root,
-            reply_to=route.reply_to,
-            edit_interval=m.edit_interval,
-        )
-
-        async def send(content: dict[str, Any]) -> str:
-            return await outbox.send(msg.room_id, "m.room.message", content)
-
-        inbound = InboundMessage(
-            session_id=route.session_id,
-            text=text,
-            frontend="matrix",
-            user_id=route.user_id,
-            scope=route.scope,
-            approver=self.approvals.approver(send),
-            address={"room_id": msg.room_id, "thread_root": route.thread_root},
-        )
-        typing = asyncio.get_running_loop().create_task(self.keep_typing(msg.room_id))
-        try:
-            async for event in self.agent.run_turn(inbound):
-                await stream.feed(event)
-        except LunaError as e:
-            log.exception("matrix: turn failed in %s", route.session_id)
-            log_event("matrix_error", op="turn", session=route.session_id, error=type(e).__name__)
-            stream.fail(str(e).splitlines()[0][:300] if str(e) else GENERIC_FAILURE)
-        except Exception as e:  # a code bug: the log gets the traceback
-            log.exception("matrix: turn crashed in %s", route.session_id)
-            log_event("matrix_error", op="turn", session=route.session_id, error=type(e).__name__)
-            stream.fail(GENERIC_FAILURE)
-        finally:
-            typing.cancel()
-            await asyncio.gather(typing, return_exceptions=True)
-        await stream.finish()
-        await outbox.typing(msg.room_id, False)
-        for event_id in stream.sent_ids:
-            _remember(self.own_events, event_id)
-
-    async def keep_typing(self, room_id: str) -> None:
-        while True:
-            await self._outbox().typing(room_id, True)
-            await asyncio.sleep(TYPING_EVERY)
+    def _keeper(self) -> TokenKeeper:
+        if self.keeper is None:
+            raise MatrixError("the Matrix front-end is not connected")
+        return self.keeper
 
     def _conn(self) -> Connection:
         if self.conn is None:
             raise MatrixError("the Matrix front-end is not connected")
         return self.conn
-
-    def _outbox(self) -> Outbox:
-        if self.outbox is None:
-            raise MatrixError("the Matrix front-end is not connected")
-        return self.outbox
-
-
-def _remember(known: dict[str, None], key: str) -> None:
-    known[key] = None
-    while len(known) > MAX_KNOWN:
-        known.pop(next(iter(known)))

@@ -1,8 +1,8 @@
-"""Luna's Markdown as Matrix message content: sanitized HTML, edits, replies, threads, splitting.
+"""Luna's Markdown as Matrix message content: sanitized HTML, edits, replies, threads.
 
 Job: build the ``content`` dicts the Matrix client sends (``m.room.message`` with
 ``format: org.matrix.custom.html``, ``m.replace`` edits, ``m.thread`` and ``m.in_reply_to``
-relations), and cut a long reply into parts that fit one event.
+relations, ``m.annotation`` reactions), and say how large a text's event would be.
 
 Invariants:
 - The HTML is sanitized by construction: markdown-it renders with raw HTML *off*, so every
@@ -13,11 +13,11 @@ Invariants:
 - ``body`` always carries the plain Markdown, the fallback for clients without HTML.
 - An edit carries ``m.new_content`` and a ``* ``-prefixed fallback body; the relation of the
   original (thread or reply) is never repeated inside ``m.new_content``.
-- :func:`split` keeps every part at most ``limit`` UTF-8 bytes of Markdown and at most
-  ``MAX_PART_BYTES`` of Markdown plus HTML, cutting at a paragraph, then a line, then a space,
-  never inside a UTF-8 character. That budget keeps the largest event Luna sends, an edit
-  (which carries body and HTML twice) encrypted (base64: 4/3 larger), under the 65,536-byte
-  event cap: 2 × 22,000 × 4/3 = 58,667 bytes, plus relations.
+- ``MAX_PART_BYTES`` of Markdown plus HTML (:func:`size`) is the most one message carries:
+  it keeps the largest event Luna sends, an edit (which carries body and HTML twice)
+  encrypted (base64: 4/3 larger), under the 65,536-byte event cap: 2 × 22,000 × 4/3 = 58,667
+  bytes, plus relations. The channel layer splits replies (``luna.frontends.channels.split``)
+  and halves a text the adapter finds larger.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from markdown_it import MarkdownIt
 
 HTML_FORMAT = "org.matrix.custom.html"
 # Room events are capped at 65,536 bytes of JSON (see the module invariants).
-DEFAULT_PART_BYTES = 8_000  # Markdown per part
 MAX_PART_BYTES = 22_000  # Markdown + HTML per part
 
 _md = MarkdownIt("commonmark", {"html": False, "linkify": False, "breaks": True})
@@ -104,31 +103,6 @@ def reaction(event_id: str, key: str) -> dict[str, Any]:
     return {"m.relates_to": {"rel_type": "m.annotation", "event_id": event_id, "key": key}}
 
 
-def _cut(text: str, limit: int) -> int:
-    """Index to cut ``text`` at so that ``text[:i]`` is at most ``limit`` UTF-8 bytes."""
-    head = text.encode()[:limit].decode(errors="ignore")
-    for sep in ("\n\n", "\n", " "):
-        at = head.rfind(sep)
-        if at > len(head) // 2:
-            return at + len(sep)
-    return max(1, len(head))
-
-
-def _size(markdown: str) -> int:
+def size(markdown: str) -> int:
+    """UTF-8 bytes of ``markdown`` and its HTML: what one part may carry (``MAX_PART_BYTES``)."""
     return len(markdown.encode()) + len(to_html(markdown).encode())
-
-
-def split(markdown: str, limit: int = DEFAULT_PART_BYTES) -> list[str]:
-    """``markdown`` as parts within the budgets above (one part when it fits)."""
-    parts: list[str] = []
-    rest = markdown
-    while rest:
-        size = limit
-        while True:
-            at = len(rest) if len(rest.encode()) <= size else _cut(rest, size)
-            if _size(rest[:at]) <= MAX_PART_BYTES or size <= 256:
-                break
-            size //= 2  # HTML-heavy text (escapes, markup): a smaller part
-        parts.append(rest[:at].rstrip())
-        rest = rest[at:].lstrip("\n")
-    return parts or [""]

@@ -9,8 +9,8 @@ Invariants:
 - Keys before messages: every handler mautrix registered (the Olm machine's to-device and
   device-list handlers, the state store) runs to completion for a batch before its timeline
   is read, so a room key and the message it opens, arriving together, decrypt in one pass.
-- A token is saved only after its batch was delivered (``luna.frontends.matrix.sync_token``):
-  a restart neither loses a message nor, but for a stop inside that last commit, repeats one.
+- A token is saved only once every message of its batch that Luna took in has settled
+  (``luna.frontends.matrix.settle``): a restart never loses a message.
 - History is never answered: the first sync of an account (no saved token) delivers nothing
   from timelines, and in a room Luna has just joined, events before her own join are skipped.
 - An encrypted event whose room key is still missing waits for it in the background (up to
@@ -36,7 +36,7 @@ from mautrix.types import JSON, EncryptedEvent, SyncToken, TrustState
 from luna.errors import MatrixError
 from luna.frontends.matrix.connection import Connection
 from luna.frontends.matrix.events import Reaction, RoomMessage, parse
-from luna.frontends.matrix.sync_token import SyncTokens
+from luna.frontends.matrix.settle import TokenKeeper
 from luna.observe import log_event
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ class SyncLoop:
     def __init__(
         self,
         conn: Connection,
-        tokens: SyncTokens,
+        tokens: TokenKeeper,
         deliver: Deliver,
         on_invite: OnInvite,
         *,
@@ -97,7 +97,7 @@ class SyncLoop:
         await_handlers(conn)
 
     async def run(self, stop: asyncio.Event) -> None:
-        token = await self.tokens.load(self.conn.user_id)
+        token = await self.tokens.load()
         backoff = 1.0
         try:
             while not stop.is_set():
@@ -126,7 +126,7 @@ class SyncLoop:
                 backoff = 1.0
                 await self.handle(data, is_first=token is None)
                 token = str(data["next_batch"])
-                await self.tokens.save(self.conn.user_id, token)
+                await self.tokens.batch_done(token)
                 self.batches += 1
         finally:
             for task in self._waiting:

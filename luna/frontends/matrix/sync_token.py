@@ -4,10 +4,9 @@ Job: load and save the ``next_batch`` token of the bot's account in the memory d
 the event loop.
 
 Invariants:
-- The sync loop saves a token only after every message of the batch it ends has been handed
-  to Luna (``luna.frontends.matrix.sync``), so a restart resumes after the last message taken
-  in: nothing is lost; a message is repeated only when Luna stops between taking it in and
-  this one commit.
+- A token is saved only once every message of the batch it ends (and of the batches before
+  it) that Luna took in has settled: its turn's user message committed, or dropped
+  (``luna.frontends.matrix.settle``), so a restart resumes where nothing is lost.
 - No row means Luna never synced this account: the first sync's timeline is history, never
   answered.
 - The commit is durable (fsync): a token that survived means its messages were taken in.

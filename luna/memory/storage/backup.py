@@ -17,7 +17,8 @@ Invariants:
 - Writing a backup, restoring and the daily backup hold the data commands' lock
   (``luna.memory.storage.maintenance``): one at a time per folder, and their temp files are tracked.
 - The attachments a backup's database refers to are copied beside it, and back at a restore
-  (``luna.memory.storage.backup_files``).
+  (``luna.memory.storage.backup_files``); so is the Matrix crypto store, the bot's device
+  keys and sessions (``luna.memory.storage.backup_crypto``).
 - Blocking; async callers use ``asyncio.to_thread`` (:class:`DailyBackups` does).
 """
 
@@ -34,7 +35,8 @@ from pathlib import Path
 
 from luna import datafolder
 from luna.errors import DatabaseCorruptError, DataFolderInUseError, MemoryStoreError
-from luna.memory.storage import backup_files, db
+from luna.memory.storage import backup_crypto, backup_files, db
+from luna.memory.storage.backup_crypto import CryptoCopy
 from luna.memory.storage.backup_files import Copied
 from luna.memory.storage.maintenance import TMP_PREFIX, MaintenanceLock, held
 from luna.observe import log_event
@@ -54,6 +56,7 @@ class BackupResult:
     memories: int
     seconds: float
     files: Copied | None = None  # the attachments copied beside it (backup_files)
+    crypto: CryptoCopy | None = None  # the Matrix crypto store copied beside it
 
 
 def stamp(now: dt.datetime | None = None) -> str:
@@ -108,8 +111,9 @@ def make_backup(
     finally:
         tmp.unlink(missing_ok=True)
     files = backup_files.copy_out(db_path.parent, target)
+    crypto = backup_crypto.copy_out(db_path.parent, target, lock)
     took = time.monotonic() - started
-    result = BackupResult(target, target.stat().st_size, messages, memories, took, files)
+    result = BackupResult(target, target.stat().st_size, messages, memories, took, files, crypto)
     log_event(
         "memory_op", op="backup", duration_ms=round(took * 1000, 1), count=messages, auto=auto
     )
@@ -192,6 +196,7 @@ class Restored:
     memories: int
     aside: list[Path]
     files: Copied | None = None  # the attachments copied back (backup_files)
+    crypto: CryptoCopy | None = None  # the Matrix crypto store put back
 
 
 def restore_file(db_path: Path, source: Path, lock: MaintenanceLock | None = None) -> Restored:
@@ -217,7 +222,8 @@ def restore_file(db_path: Path, source: Path, lock: MaintenanceLock | None = Non
     finally:
         tmp.unlink(missing_ok=True)
     files = backup_files.copy_in(source, db_path.parent, db_path)
-    return Restored(messages, memories, aside, files)
+    crypto = backup_crypto.copy_in(source, db_path.parent, lock)
+    return Restored(messages, memories, aside, files, crypto)
 
 
 def auto_backups(db_path: Path) -> list[Path]:
@@ -233,6 +239,7 @@ def rotate(db_path: Path, keep: int) -> list[Path]:
         path.unlink(missing_ok=True)
     if stale:  # the attachments only the deleted backups referred to go too
         backup_files.prune(datafolder.backups_dir(db_path))
+        backup_crypto.prune(datafolder.backups_dir(db_path))
     return stale
 
 

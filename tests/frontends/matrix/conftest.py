@@ -18,18 +18,20 @@ from typing import Any
 import pytest
 
 from luna.agent import Agent
+from luna.agent.image_parts import StoredImages
+from luna.attachments.intake import Intake
 from luna.config import Config
 from luna.frontends.matrix.frontend import MatrixFrontend
-from luna.frontends.matrix.sync_token import SyncTokens
 from luna.llm import LLMClient
 from luna.memory import Memory
-from luna.memory.embedding.embeddings import Embedder
+from luna.scheduler.service import SchedulerService
+from luna.scheduler.tool_port import ToolPort
+from luna.tools.builtin import schedule
 from tests.fakes.llm_server import FakeLLMServer
-from tests.fakes.tools import echo_registry
+from tests.frontends.discord.conftest import tools_registry
 from tests.frontends.matrix.person import Person
 from tests.frontends.matrix.synapse import Account, Synapse
 
-_EMBEDDERS: dict[tuple[str, int], Embedder] = {}
 _names = itertools.count(1)
 
 
@@ -47,8 +49,11 @@ class Luna:
     llm: LLMClient
     stop: asyncio.Event
     task: asyncio.Task[None]
+    scheduler: SchedulerService | None = None
 
     async def close(self) -> None:
+        if self.scheduler is not None:
+            await self.scheduler.stop(grace=0)
         self.stop.set()
         await asyncio.wait_for(self.task, 60)
         await self.llm.close()
@@ -66,12 +71,14 @@ class World:
     matrix: dict[str, Any] = field(default_factory=dict)
     luna: Luna | None = None
 
-    async def start_luna(self, **matrix: Any) -> Luna:
+    async def start_luna(self, *, clock: Any = None, **matrix: Any) -> Luna:
+        """Luna on the data folder (the scheduler too, on ``clock``, when one is given)."""
         m = {
             "homeserver": self.synapse.url,
             "user_id": self.bot.user_id,
             "owner": self.owner.user_id,
             "edit_interval": 0.2,
+            "burst_window": 0.2,
             "request_timeout": 10.0,
         }
         m.update(self.matrix | matrix)
@@ -80,19 +87,24 @@ class World:
             env={"MATRIX_ACCESS_TOKEN": self.bot.access_token},
         )
         memory = Memory(cfg.memory)
-        key = (cfg.memory.embedding_model, cfg.memory.embedding_dim)
-        memory.embedder = _EMBEDDERS.setdefault(key, memory.embedder)
-        await memory.open(background=False)
+        await memory.open(background=False, use_vectors=False)  # keyword recall: no model load
         llm = LLMClient(cfg.llm)
-        agent = Agent(cfg, llm, memory, echo_registry(cfg))
-        frontend = MatrixFrontend(cfg, agent, SyncTokens(memory.store))
+        intake = Intake(cfg)  # files, and the images the agent shows, as the app builds them
+        images = StoredImages(intake.images.load, intake.images.save)
+        agent = Agent(cfg, llm, memory, tools_registry(cfg), images=images)  # echo, launch
+        scheduler = None
+        if clock is not None:  # the scheduler as the app builds it, on a hand-moved clock
+            schedule.register(agent.registry, cfg)
+            scheduler = SchedulerService(cfg, memory, agent, agent.registry, clock=clock)
+            agent.registry.scheduler = ToolPort(scheduler.api)
+        frontend = MatrixFrontend(cfg, agent, memory, intake, scheduler and scheduler.router)
         stop = asyncio.Event()
         task = asyncio.get_running_loop().create_task(frontend.run(stop))
         ready = asyncio.ensure_future(frontend.ready.wait())
         await asyncio.wait({task, ready}, timeout=60, return_when=asyncio.FIRST_COMPLETED)
         if task.done():
             task.result()  # raises why it stopped
-        self.luna = Luna(frontend, memory, llm, stop, task)
+        self.luna = Luna(frontend, memory, llm, stop, task, scheduler)
         return self.luna
 
     async def stop_luna(self) -> None:

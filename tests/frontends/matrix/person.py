@@ -99,13 +99,23 @@ class Person:
     async def say(self, room_id: str, text: str, **content: Any) -> str:
         return await self.send(room_id, {"msgtype": "m.text", "body": text, **content})
 
+    async def react(self, room_id: str, event_id: str, key: str) -> str:
+        relates = {"rel_type": "m.annotation", "event_id": event_id, "key": key}
+        return await self.send(room_id, {"m.relates_to": relates}, "m.reaction")
+
     async def send_image(self, room_id: str, data: bytes, name: str, mime: str) -> str:
+        return await self.send_file(room_id, data, name, mime, msgtype="m.image")
+
+    async def send_file(
+        self, room_id: str, data: bytes, name: str, mime: str, *, msgtype: str = "m.file"
+    ) -> str:
+        """An encrypted file (an encrypted room's way: the key travels in the event)."""
         ciphertext, info = encrypt_attachment(data)
         mxc = await self.client.upload_media(ciphertext, mime_type="application/octet-stream")
         file = info.serialize()
         file["url"] = str(mxc)
         content = {
-            "msgtype": "m.image",
+            "msgtype": msgtype,
             "body": name,
             "info": {"mimetype": mime, "size": len(data)},
             "file": file,

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 
+from luna.attachments.store import AttachmentStore, attachments_dir
 from tests.conftest import Reply
+from tests.fakes.images import png
 from tests.frontends.matrix.conftest import World
 
 
@@ -12,6 +14,15 @@ async def open_dm(world: World) -> str:
     room = await world.owner.create_room([world.bot.user_id], encrypted=True, direct=True)
     await world.owner.wait_joined(room, world.bot.user_id)
     return room
+
+
+def typing_in(world: World, room: str) -> list[list[str]]:
+    """Who the owner's client was told is typing in ``room``, each time it was told."""
+    return [
+        list(e["content"].get("user_ids", []))
+        for e in world.owner.events
+        if e.get("type") == "m.typing" and e.get("room_id") == room
+    ]
 
 
 async def test_matrix_encrypted_dm_answered_in_the_same_room(world: World) -> None:
@@ -26,6 +37,8 @@ async def test_matrix_encrypted_dm_answered_in_the_same_room(world: World) -> No
     assert seen == ["m.room.encrypted", "m.room.message"]  # sent encrypted, decrypted by owner
     sent = world.llm_server.requests[-1]["messages"][-1]["content"]
     assert "hi Luna, can you read this?" in sent
+    assert [world.bot.user_id] in typing_in(world, room)  # typing while she worked, then
+    await world.owner.wait_until(lambda: typing_in(world, room)[-1:] == [[]], within=5)  # not
 
 
 async def test_matrix_restart_between_two_encrypted_messages(world: World) -> None:
@@ -44,15 +57,22 @@ async def test_matrix_restart_between_two_encrypted_messages(world: World) -> No
     assert any("message two, sent while Luna was down" in a for a in asked)
 
 
-async def test_matrix_image_in_encrypted_room_arrives_decrypted(world: World) -> None:
-    world.llm_server.script(Reply("nice picture"))
-    await world.start_luna()
+async def test_matrix_files_in_encrypted_room_arrive_decrypted(world: World) -> None:
+    world.llm_server.script(Reply("nice picture and notes"))
+    luna = await world.start_luna(burst_window=3.0)  # the two files are one turn
     room = await open_dm(world)
-    image = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8
+    notes = "shopping list: 🥕 carrots, 🍞 bread\n".encode() * 3
+    image = png(32, 32)
     await world.owner.send_image(room, image, "cat.png", "image/png")
-    await world.owner.answer(room, world.bot.user_id, "nice picture")
+    await world.owner.send_file(room, notes, "notes.txt", "text/plain")
+    await world.owner.answer(room, world.bot.user_id, "nice picture and notes")
+    assert len(world.llm_server.requests) == 1  # one burst, one turn
     sent = world.llm_server.requests[-1]["messages"][-1]["content"]
-    assert "cat.png" in sent and hashlib.sha256(image).hexdigest() in sent
+    assert "[image cat.png (image/png" in str(sent)  # through the attachments intake
+    assert notes.decode() in str(sent)  # downloaded, hash-checked and decrypted
+    store = AttachmentStore(attachments_dir(luna.frontend.cfg.data_dir))
+    for data in (image, notes):  # stored as the owner sent them, not as the homeserver keeps them
+        assert store.verify(hashlib.sha256(data).hexdigest()) is None
 
 
 async def test_matrix_doctor_checks_homeserver_login_keys(world: World) -> None:
@@ -69,6 +89,29 @@ async def test_matrix_doctor_checks_homeserver_login_keys(world: World) -> None:
     assert world.bot.device_id in results["Matrix login"].detail
     detail = results["Matrix encryption"].detail  # the owner's room key and Luna's own
     assert "0 room keys" not in detail and "0 Olm sessions" not in detail
+    conn = luna.frontend.conn
+    assert conn is not None
+    key = conn.crypto.account.signing_key  # the ed25519 key the owner verifies by
+    shown = results["Matrix device keys"].detail.removeprefix("published; fingerprint ")
+    assert shown.replace(" ", "") == key and len(shown.split()[0]) == 4
     bad = cfg.model_copy(update={"matrix": cfg.matrix.model_copy(update={"access_token": "x"})})
     refused = {r.name: r for r in await check_matrix(bad)}
     assert refused["Matrix login"].ok is False
+
+
+async def test_matrix_message_still_in_a_burst_at_stop_is_answered_after_restart(
+    world: World,
+) -> None:
+    world.llm_server.script(Reply("answered after all"))
+    luna = await world.start_luna(burst_window=30.0)  # the message waits for more of its burst
+    room = await open_dm(world)
+    await world.owner.say(room, "a message Luna takes in, then stops")
+    keeper = luna.frontend.keeper
+    assert keeper is not None
+    await world.owner.wait_until(lambda: keeper.unsettled == 1)  # admitted, not yet a turn
+    await world.stop_luna()
+    assert world.llm_server.requests == []
+    await world.start_luna(burst_window=0.2)
+    msgs = await world.owner.answer(room, world.bot.user_id, "answered after all")
+    assert len(msgs) == 1 and len(world.llm_server.requests) == 1
+    assert "a message Luna takes in" in world.llm_server.requests[0]["messages"][-1]["content"]

@@ -1,0 +1,85 @@
+"""When a Matrix sync token may be saved: once every message of its batch, and of every batch
+before it, is settled.
+
+Job: :class:`TokenKeeper` stands between the sync loop and ``sync_token``: the loop hands it
+each batch's ``next_batch`` (:meth:`batch_done`) along with the messages of that batch the
+channel layer admitted (:meth:`hold`); the layer's receipts settle them (:class:`Settled`).
+The newest token with nothing unsettled at or before it is saved.
+
+Invariants:
+- A message is settled when its turn's user message is committed (``stored``), when its turn
+  ended without that (``answered``), or when the layer dropped it. A message still in a burst,
+  or queued behind a running turn of its session, is not: if Luna stops then, the saved token
+  is older than its batch and the next start syncs it again, so it is never lost.
+- Tokens are saved in batch order, never an older one after a newer one. A batch with nothing
+  admitted (state, reactions, messages nobody answers) is settled at once.
+- Never stuck: a message unsettled after ``max_hold`` seconds (twice ``agent.turn_timeout``:
+  no turn waits that long for another) is settled by force and logged
+  (``matrix_sync_unsettled``), so one lost receipt cannot hold the token back for good.
+- The price: a batch holding a message answered before the stop and one not yet settled is
+  synced again as a whole, so that answered message is answered once more (two sessions'
+  messages in one sync batch, and a stop between their turns).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Iterable
+
+from luna.frontends.matrix.sync_token import SyncTokens
+from luna.observe import log_event
+
+
+class TokenKeeper:
+    """The sync token of one bot account, saved when its batch has settled."""
+
+    def __init__(self, tokens: SyncTokens, user_id: str, *, max_hold: float) -> None:
+        self.tokens = tokens
+        self.user_id = user_id
+        self.max_hold = max_hold
+        self._since: dict[str, float] = {}  # message id -> when it was held (monotonic)
+        self._current: set[str] = set()  # admitted messages of the batch being handled
+        self._batches: deque[tuple[str, set[str]]] = deque()  # (next_batch, unsettled)
+        self._where: dict[str, set[str]] = {}  # message id -> the set holding it
+        self._lock = asyncio.Lock()
+
+    async def load(self) -> str | None:
+        return await self.tokens.load(self.user_id)
+
+    def hold(self, event_id: str) -> None:
+        """The layer admitted ``event_id`` from the batch being handled."""
+        self._current.add(event_id)
+        self._where[event_id] = self._current
+        self._since[event_id] = time.monotonic()
+
+    def settle(self, event_ids: Iterable[str]) -> None:
+        for event_id in event_ids:
+            pending = self._where.pop(event_id, None)
+            self._since.pop(event_id, None)
+            if pending is not None:
+                pending.discard(event_id)
+
+    async def batch_done(self, token: str) -> None:
+        """The batch that ends at ``token`` was handed over; save what may be saved."""
+        self._batches.append((token, self._current))
+        self._current = set()
+        await self.flush()
+
+    @property
+    def unsettled(self) -> int:
+        return sum(len(pending) for _, pending in self._batches)
+
+    async def flush(self) -> None:
+        """Save the newest token whose batch and all before it are settled."""
+        async with self._lock:
+            stale = [e for e, t in self._since.items() if time.monotonic() - t > self.max_hold]
+            if stale:
+                log_event("matrix_sync_unsettled", events=len(stale), after_s=self.max_hold)
+                self.settle(stale)
+            newest = None
+            while self._batches and not self._batches[0][1]:
+                newest = self._batches.popleft()[0]
+            if newest is not None:
+                await self.tokens.save(self.user_id, newest)
