@@ -13,7 +13,8 @@ Invariants:
   ``EmbeddedModel(``), ``browser`` (chromium through Playwright: ``browser_page(``) and ``slow``
   (a child process: Luna itself, ``python -m luna web``, tmux, any ``subprocess``, or one Luna
   starts for the test: an MCP server, bash in bubblewrap, the embedding worker, a document's
-  conversion; and torch loaded in-process). The fast inner loop is
+  conversion, counted for every PDF or Word file a test makes with ``tests/fakes/attachments``
+  whether Luna converts it or not; and torch loaded in-process). The fast inner loop is
   ``pytest -m "not real_server and not browser and not slow"``; CI runs them all. Each source
   is searched once (``_earned_by``), so marking 1,700 tests costs about a second.
 """
@@ -62,13 +63,13 @@ STARTS = {
         r"|\bos\.fork\(|\bmultiprocessing\."
         # Luna's own parts that start one: MCP stdio servers; bash in bubblewrap (a bash call
         # with its arguments, or scripted for the model) and the sandbox probe; the embedding
-        # worker; a document's conversion (documents.convert, or a PDF or Word file of
-        # tests/fakes/attachments.py handed to Luna under a name, or written to a file).
+        # worker; a document's conversion (documents.convert, or any PDF or Word file made
+        # by tests/fakes/attachments.py: wherever a test makes one, Luna may be handed it;
+        # the fakes' own ``def`` lines do not count, or naming the word "pdf" would).
         r"|\bMCPManager\(|\bprelaunch\("
         r"|[\"']bash[\"'],\s*(?:\{|json\.|command=)|tool_calls=\[\{[\"']name[\"']:\s*[\"']bash[\"']"
         r"|\bsandbox_status\(|\bprobe=True|\bEmbeddingProcess\b"
-        r"|(?<![.\w])convert\(|(?:[\"'][\w.-]+\.(?:pdf|docx)[\"'],\s*|write_bytes\()"
-        r"(?:pdf|docx|scanned_pdf)\("
+        r"|(?<![.\w])convert\(|(?<!def )\b(?:pdf|docx|scanned_pdf)\("
         # and torch, loaded in-process (seconds to tens of seconds)
         r"|backend=[\"']torch[\"']"
     ),

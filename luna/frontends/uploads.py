@@ -15,7 +15,8 @@ from luna.attachments.intake import Intake, Intaken, Upload, size_text
 from luna.messages import Attachment
 
 
-def _read_capped(path: Path, limit: int) -> bytes:
+def read_head(path: Path, limit: int) -> bytes:
+    """At most ``limit + 1`` bytes of the file at ``path`` (blocking: call it in a thread)."""
     with path.open("rb") as f:
         return f.read(limit + 1)
 
@@ -24,7 +25,7 @@ def file_upload(path: Path) -> Upload:
     """A file on this machine as an upload, read only when the intake takes it."""
 
     async def read(limit: int) -> bytes:
-        return await asyncio.to_thread(_read_capped, path, limit)
+        return await asyncio.to_thread(read_head, path, limit)
 
     return Upload(path.name, read=read, size=path.stat().st_size)
 

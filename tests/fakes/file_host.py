@@ -1,7 +1,8 @@
 """A loopback file host standing in for a chat app's CDN (Discord's ``cdn.discordapp.com``).
 
 ``FileHost`` serves files over real HTTP on ``127.0.0.1:0`` in the test's event loop, and
-counts what it sends, so a test can check that a file over a cap was not downloaded whole:
+counts what it sends, so a test can check that a file over a cap was not downloaded whole
+(and records each request's client address, ``peers``: one per connection reused):
 - ``add(name, data)`` serves bytes; ``add_endless(name, total)`` streams ``total`` bytes in
   chunks, made as they are sent, until the client stops reading;
 - ``add_broken(name, status=...)`` answers an HTTP error; ``status=None`` sends the headers
@@ -29,6 +30,7 @@ class Served:
 class FileHost:
     def __init__(self) -> None:
         self.files: dict[str, Served] = {}
+        self.peers: list[tuple[str, int]] = []  # the client's address of each request
         self.url = ""
         self._runner: web.AppRunner | None = None
 
@@ -64,6 +66,8 @@ class FileHost:
         if served is None:
             raise web.HTTPNotFound()
         served.requests += 1
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        self.peers.append(tuple(peer[:2]) if peer else ("", 0))
         if served.status is not None and served.status >= 400:
             return web.Response(status=served.status, text="broken")
         size = served.total or len(served.data)

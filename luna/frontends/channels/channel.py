@@ -12,7 +12,8 @@ Invariants:
   propagates.
 - Strangers (when allowed at all) get no tools and no approver.
 - A burst's files go with its one turn, as the message's attachments; a file the intake
-  refuses is one line to the model (in the text) and one to the user (a notice).
+  refuses is one line to the model (in the text) and one to the user (a notice). Without an
+  intake (``intake=None``) the burst's files are refused so, in one line.
 - :class:`Receipts`, when given, hears of every event's fate: ``dropped`` (never a turn),
   ``stored`` (the turn's user message is committed: the app may acknowledge it) and
   ``answered`` (its reply was written). A replay of an event already admitted is none of
@@ -32,7 +33,13 @@ from luna.errors import LunaError
 from luna.frontends.channels.access import Access, Speaker, is_heard
 from luna.frontends.channels.approval import Approvals, ChannelApprover
 from luna.frontends.channels.contract import ChannelAdapter, InboundEvent
-from luna.frontends.channels.files import VOICE_NOTICE, has_voice, refusal_notice, uploads_of
+from luna.frontends.channels.files import (
+    VOICE_NOTICE,
+    has_voice,
+    not_taken,
+    refusal_notice,
+    uploads_of,
+)
 from luna.frontends.channels.pipeline import Batch, Incoming, SessionPipeline
 from luna.frontends.channels.sending import LIVE_PATIENCE, attempt, send_text
 from luna.frontends.channels.stream import ReplyStream, short_line
@@ -85,7 +92,7 @@ class Channel:
         settings: ChannelSettings,
         receipts: Receipts | None = None,
         *,
-        intake: Intake,
+        intake: Intake | None,  # None: files are refused
     ) -> None:
         self.app = app
         self.agent = agent
@@ -181,8 +188,11 @@ class Channel:
         text = "\n".join(e.text for e in events if e.text)
         attachments: tuple[Attachment, ...] = ()
         if files:
-            uploads = uploads_of(files, self.app.name, self.settings.max_attachment_bytes)
-            got = await self.intake.take_all(uploads, text)
+            if self.intake is None:
+                got = not_taken(files)
+            else:
+                uploads = uploads_of(files, self.app.name, self.settings.max_attachment_bytes)
+                got = await self.intake.take_all(uploads, text)
             text, attachments = got.message_text(text), tuple(got.attachments)
             if got.refusals:
                 await send_text(self.app, conversation, refusal_notice(got.refusals), "notice")

@@ -14,6 +14,8 @@ Invariants:
   exception: the rest of the message goes on, and so does the app.
 - A voice note is kept like any file (kind "audio"); the user is told it cannot be
   transcribed yet (:func:`has_voice`, ``VOICE_NOTICE``).
+- Without an intake (``Components.intake`` None) a burst's files are one refusal line
+  (:func:`not_taken`), never downloaded.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import asyncio
 import logging
 from collections.abc import Iterable
 
-from luna.attachments.intake import Upload, display_name, too_big
+from luna.attachments.intake import Intaken, Upload, display_name, too_big
 from luna.errors import AttachmentError
 from luna.frontends.channels.contract import ChannelError, IncomingFile
 from luna.observe import log_event
@@ -31,6 +33,7 @@ log = logging.getLogger(__name__)
 
 DOWNLOAD_TIMEOUT = 120.0  # seconds for one file's whole download (20 MB at ~170 KB/s)
 VOICE_NOTICE = "I got your voice note, but I cannot transcribe voice notes yet; please type it."
+UNAVAILABLE = "attachments are not available here"
 
 
 def has_voice(files: Iterable[IncomingFile]) -> bool:
@@ -40,6 +43,12 @@ def has_voice(files: Iterable[IncomingFile]) -> bool:
 def refusal_notice(refusals: Iterable[str]) -> str:
     """One line per file the intake did not take, for the user."""
     return "\n".join(f"Not taken: {line}" for line in refusals)
+
+
+def not_taken(files: Iterable[IncomingFile]) -> Intaken:
+    """What comes of ``files`` when there is no intake: one refusal line for them all."""
+    names = ", ".join(display_name(f.name) for f in files)
+    return Intaken(refusals=[f"{names}: {UNAVAILABLE}"])
 
 
 def upload_of(f: IncomingFile, app: str, app_cap: int) -> Upload:
@@ -56,7 +65,8 @@ def upload_of(f: IncomingFile, app: str, app_cap: int) -> Upload:
                 data = await (f.read_capped(cap) if f.read_capped is not None else f.read())
         except (ChannelError, TimeoutError) as e:
             status = e.status if isinstance(e, ChannelError) else None
-            log.warning("%s: %s could not be downloaded: %s", app, display_name(f.name), e)
+            reason = str(e) or f"no answer within {DOWNLOAD_TIMEOUT:g} s"  # a timeout has no text
+            log.warning("%s: %s could not be downloaded: %s", app, display_name(f.name), reason)
             log_event("channel_error", frontend=app, op="download", status=status,
                       error=type(e).__name__)  # fmt: skip
             raise AttachmentError(f"could not be downloaded from {app}") from None

@@ -7,6 +7,8 @@ thread or channel), a sent message keeps its ``discord.Message``.
 Invariants:
 - Every discord.py call goes through :func:`luna.frontends.discord.calls.call` (a timeout,
   its errors translated to the layer's).
+- Attachments are downloaded from Discord's CDN through the adapter's one client
+  (``downloads``, closed by :meth:`DiscordAdapter.aclose` when the bot stops).
 - Replies are Discord Markdown already: text is sent as it is.
 - An approval prompt mentions the owner, shows the arguments in a JSON block, attaches them
   in full as a text file when the block was cut, and gets ✅ and ❌ reactions to answer with.
@@ -20,7 +22,7 @@ from typing import Any
 import discord
 
 from luna.frontends.channels.contract import ApprovalRequest, Destination, IncomingFile, Sent
-from luna.frontends.channels.download import fetch_capped
+from luna.frontends.channels.download import Downloads, fetch_capped
 from luna.frontends.discord.calls import call
 from luna.frontends.discord.delivery import destination
 from luna.messages import Frontend
@@ -31,15 +33,15 @@ APPROVE = "✅"
 DENY = "❌"
 
 
-def incoming_file(att: discord.Attachment) -> IncomingFile:
+def incoming_file(att: discord.Attachment, downloads: Downloads) -> IncomingFile:
     """A Discord attachment for the layer (downloaded only when read: whole through
-    discord.py, or from its CDN URL up to a cap)."""
+    discord.py, or from its CDN URL up to a cap, with ``downloads``' client)."""
 
     async def read() -> bytes:
         return await call(att.read())
 
     async def read_capped(limit: int) -> bytes:
-        return await fetch_capped(att.url, limit)
+        return await fetch_capped(await downloads.client(), att.url, limit)
 
     kind = "voice" if att.is_voice_message() else "document"
     return IncomingFile(att.filename, att.size, att.content_type, read, kind, read_capped)
@@ -56,6 +58,10 @@ class DiscordAdapter:
     def __init__(self, client: discord.Client, *, edit_interval: float) -> None:
         self.client = client
         self.edit_interval = edit_interval
+        self.downloads = Downloads()  # attachments' client, closed by aclose
+
+    async def aclose(self) -> None:
+        await self.downloads.aclose()
 
     async def send(self, conversation: Any, text: str) -> Sent:
         message = await call(conversation.send(text))

@@ -18,11 +18,12 @@ Invariants:
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import logging
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import discord
 
@@ -43,7 +44,9 @@ from luna.observe import log_event
 if TYPE_CHECKING:
     from luna.agent import Agent
     from luna.attachments.intake import Intake
+    from luna.frontends import Components
     from luna.memory import Memory
+    from luna.scheduler.delivery import DeliveryRouter
 
 log = logging.getLogger(__name__)
 
@@ -103,8 +106,8 @@ class DiscordFrontend:
             await client
 
 
-def make(parts: Any, args: Any) -> DiscordFrontend:
-    deliveries = getattr(parts.scheduler, "router", None)
+def make(parts: Components, args: argparse.Namespace) -> DiscordFrontend:
+    deliveries = parts.scheduler.router if parts.scheduler is not None else None
     bot = LunaBot(parts.cfg, parts.agent, parts.memory, parts.intake, deliveries=deliveries)
     return DiscordFrontend(bot, parts.cfg.discord.token, parts.cfg.agent.shutdown_grace)
 
@@ -113,7 +116,13 @@ class LunaBot(discord.Client):
     """The Discord client. ``await bot.start(token)`` runs it; ``await bot.close()`` stops it."""
 
     def __init__(
-        self, cfg: Config, agent: Agent, memory: Memory, intake: Intake, *, deliveries: Any = None
+        self,
+        cfg: Config,
+        agent: Agent,
+        memory: Memory,
+        intake: Intake | None,  # None: files are refused
+        *,
+        deliveries: DeliveryRouter | None = None,
     ) -> None:
         super().__init__(intents=make_intents())
         self.cfg = cfg
@@ -127,7 +136,7 @@ class LunaBot(discord.Client):
             approval_timeout=cfg.tools.approval_timeout,
         )
         self.channel = Channel(self.adapter, agent, access_of(cfg.discord), settings, intake=intake)
-        self.deliveries = deliveries  # luna.scheduler.delivery.DeliveryRouter, or None
+        self.deliveries = deliveries  # None: the scheduler is off
 
     # ---- Discord events ----------------------------------------------------------------
 
@@ -157,8 +166,11 @@ class LunaBot(discord.Client):
     async def close(self) -> None:
         if self.deliveries is not None:
             self.deliveries.unregister("discord")
-        await self.channel.aclose()
-        await super().close()
+        try:
+            await self.channel.aclose()
+        finally:
+            await self.adapter.aclose()  # the downloads' client
+            await super().close()
 
     # ---- routing -----------------------------------------------------------------------
 
@@ -221,7 +233,7 @@ class LunaBot(discord.Client):
             is_private=is_dm,
             addressed=True,
             address=address_of(channel, route.user_id, is_dm),
-            files=tuple(incoming_file(a) for a in message.attachments),
+            files=tuple(incoming_file(a, self.adapter.downloads) for a in message.attachments),
         )
         speaker = Speaker(route.user_id, route.scope, route.allow_tools, route.scope == "owner")
         self.channel.submit(event, speaker)

@@ -47,8 +47,8 @@ async def _dm(client: discord.Client, user_id: int) -> discord.abc.Messageable |
 
 async def _channel(client: discord.Client, channel_id: int) -> discord.abc.Messageable | None:
     channel = client.get_channel(channel_id)
-    if isinstance(channel, discord.abc.Messageable):  # cached (a category takes no messages)
-        return channel
+    if channel is not None:  # cached: no REST call (a category is cached, and takes no messages)
+        return channel if isinstance(channel, discord.abc.Messageable) else None
     try:
         fetched = await call(client.fetch_channel(channel_id))
         return fetched if isinstance(fetched, discord.abc.Messageable) else None

@@ -11,6 +11,8 @@ Invariants:
   call (the layer halves it), and so does a long one Telegram refuses even as plain text
   (its own count said too long: the Bot API says which 400 it is only in words).
 - An edit to the very text a message already shows is not sent (Telegram refuses those).
+- Files are downloaded through the adapter's one client (``downloads``, closed by
+  :meth:`TelegramAdapter.aclose` when the front-end stops).
 - An approval prompt carries an inline keyboard (``luna:yes`` / ``luna:no``); a cut JSON
   preview is followed by the whole text as a document. The answers come back as callback
   queries, handed to the layer by the front-end.
@@ -26,6 +28,7 @@ from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, LinkPrevie
 from telegram.constants import ChatAction, ParseMode
 
 from luna.frontends.channels.contract import ApprovalRequest, Destination, Sent, TooLongError
+from luna.frontends.channels.download import Downloads
 from luna.frontends.telegram.calls import RefusedError, call
 from luna.frontends.telegram.conversation import Chat
 from luna.frontends.telegram.render import Rendered, plain, render, utf16_length
@@ -58,6 +61,10 @@ class TelegramAdapter:
     def __init__(self, bot: Bot, *, edit_interval: float) -> None:
         self.bot = bot
         self.edit_interval = edit_interval
+        self.downloads = Downloads()  # files' client, closed by aclose
+
+    async def aclose(self) -> None:
+        await self.downloads.aclose()
 
     async def _send(self, chat: Chat, rendered: Rendered, markup: Any = None) -> Any:
         mode = ParseMode.HTML if rendered.is_html else None

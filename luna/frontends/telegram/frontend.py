@@ -14,15 +14,16 @@ Invariants:
 - A button press counts only from the owner (the layer's rule); everyone gets an answer to
   the press, so Telegram's spinner stops.
 - Stopping: no more updates, running turns finish within ``agent.shutdown_grace``, then the
-  bot's HTTP clients are closed.
+  bot's HTTP clients and the files' download client are closed.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from telegram import Bot, CallbackQuery, Update
 from telegram.request import HTTPXRequest
@@ -47,7 +48,9 @@ from luna.observe import log_event
 if TYPE_CHECKING:
     from luna.agent import Agent
     from luna.attachments.intake import Intake
+    from luna.frontends import Components
     from luna.memory import Memory
+    from luna.scheduler.delivery import DeliveryRouter
 
 log = logging.getLogger(__name__)
 
@@ -98,13 +101,18 @@ class TelegramFrontend:
     name = "telegram"
 
     def __init__(
-        self, cfg: Config, agent: Agent, memory: Memory, intake: Intake, deliveries: Any
+        self,
+        cfg: Config,
+        agent: Agent,
+        memory: Memory,
+        intake: Intake | None,  # None: files are refused
+        deliveries: DeliveryRouter | None,  # None: the scheduler is off
     ) -> None:
         self.cfg = cfg
         self.agent = agent
         self.memory = memory
         self.intake = intake
-        self.deliveries = deliveries  # luna.scheduler.delivery.DeliveryRouter, or None
+        self.deliveries = deliveries
         self.bot = make_bot(cfg)
         self.adapter = TelegramAdapter(self.bot, edit_interval=cfg.telegram.edit_interval)
         self.channel: Channel | None = None
@@ -207,8 +215,8 @@ class TelegramFrontend:
             if update.callback_query is not None:
                 await self._press(update.callback_query)
             elif update.message is not None:
-                event = event_of(self.bot, update.update_id, update.message,
-                                 self.cfg.telegram.allowed_chats)  # fmt: skip
+                event = event_of(self.bot, self.adapter.downloads, update.update_id,
+                                 update.message, self.cfg.telegram.allowed_chats)  # fmt: skip
                 if event is not None and self.channel.receive(event):
                     return  # settled once its user message is committed
         except Exception as e:  # one bad update must not stop the bot
@@ -238,10 +246,11 @@ class TelegramFrontend:
         await asyncio.gather(*self._resumed, return_exceptions=True)
         if self.channel is not None:
             await self.channel.aclose()
+        await self.adapter.aclose()  # the downloads' client
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.bot.shutdown(), 10)
 
 
-def make(parts: Any, args: Any) -> TelegramFrontend:
-    deliveries = getattr(parts.scheduler, "router", None)
+def make(parts: Components, args: argparse.Namespace) -> TelegramFrontend:
+    deliveries = parts.scheduler.router if parts.scheduler is not None else None
     return TelegramFrontend(parts.cfg, parts.agent, parts.memory, parts.intake, deliveries)

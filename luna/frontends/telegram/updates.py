@@ -11,19 +11,22 @@ Invariants:
   id, or a reply to one of her messages (not a topic's opening message); the mention is
   removed from the text. Groups outside ``telegram.allowed_chats`` (when set) are never heard.
 - Files are described, not downloaded: each is read only when the layer asks (``getFile``,
-  then the file URL, streamed no further than the layer's cap).
+  then the file URL, streamed no further than the layer's cap; a local Bot API server in
+  ``--local`` mode gives an absolute path instead, read from disk no further than the cap).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from telegram import Bot, Message, MessageEntity
 
 from luna.frontends.channels.contract import ChannelError, InboundEvent, IncomingFile
-from luna.frontends.channels.download import fetch_capped
+from luna.frontends.channels.download import Downloads, fetch_capped, read_local_capped
 from luna.frontends.telegram.calls import call
 from luna.frontends.telegram.conversation import Chat, session_of
 
@@ -55,7 +58,7 @@ def _strip_mention(text: str, username: str) -> str:
     return re.sub(rf"@{re.escape(username)}\b", " ", text, flags=re.IGNORECASE).strip()
 
 
-def _files(bot: Bot, message: Message) -> tuple[IncomingFile, ...]:
+def _files(bot: Bot, downloads: Downloads, message: Message) -> tuple[IncomingFile, ...]:
     found: list[tuple[str, str, int, str | None, str]] = []  # id, name, size, mime, kind
     if message.photo:
         largest = message.photo[-1]
@@ -79,9 +82,12 @@ def _files(bot: Bot, message: Message) -> tuple[IncomingFile, ...]:
 
         async def read_capped(limit: int) -> bytes:
             file = await call(bot.get_file(file_id))
-            if not file.file_path:
+            where = file.file_path
+            if not where:
                 raise ChannelError("Telegram gave no file path")
-            return await fetch_capped(file.file_path, limit)
+            if urlsplit(where).scheme in ("http", "https"):
+                return await fetch_capped(await downloads.client(), where, limit)
+            return await read_local_capped(Path(where), limit)  # a local Bot API server
 
         return IncomingFile(name, size, mime, read, kind, read_capped)
 
@@ -89,10 +95,11 @@ def _files(bot: Bot, message: Message) -> tuple[IncomingFile, ...]:
 
 
 def event_of(
-    bot: Bot, update_id: int, message: Message, allowed_chats: Sequence[int]
+    bot: Bot, downloads: Downloads, update_id: int, message: Message, allowed_chats: Sequence[int]
 ) -> InboundEvent | None:
     """The event for ``message`` (None for what Luna never reads: service messages, other
-    bots' channels, groups outside ``allowed_chats``)."""
+    bots' channels, groups outside ``allowed_chats``); its files are fetched with
+    ``downloads``' client."""
     author = message.from_user
     if author is None:
         return None
@@ -117,7 +124,7 @@ def event_of(
         is_private=is_private,
         addressed=addressed,
         address=chat.address(f"{ID_PREFIX}{author.id}"),
-        files=_files(bot, message),
+        files=_files(bot, downloads, message),
     )
 
 

@@ -57,7 +57,9 @@ async def test_channel_files_smaller_cap_wins_and_oversized_files_are_not_read(
 
 
 async def test_channel_files_failed_and_hung_downloads_are_one_line_each(
-    luna_config: Callable[..., Config], monkeypatch: pytest.MonkeyPatch
+    luna_config: Callable[..., Config],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     monkeypatch.setattr(files, "DOWNLOAD_TIMEOUT", 0.2)
     intake = Intake(luna_config())
@@ -78,3 +80,8 @@ async def test_channel_files_failed_and_hung_downloads_are_one_line_each(
     assert got.attachments == []
     assert got.refusals == ["a.pdf: could not be downloaded from telegram",
                             "b.jpg: could not be downloaded from telegram"]  # fmt: skip
+    logged = [r.getMessage() for r in caplog.records if "downloaded" in r.getMessage()]
+    assert logged == [
+        "telegram: a.pdf could not be downloaded: Telegram 400",
+        "telegram: b.jpg could not be downloaded: no answer within 0.2 s",  # not an empty reason
+    ]

@@ -194,7 +194,9 @@ async def make_harness(
     )
     opened: list[tuple[LunaBot, Memory, LLMClient]] = []
 
-    async def make(discord_cfg: dict[str, Any] | None = None, **sections: Any) -> Harness:
+    async def make(
+        discord_cfg: dict[str, Any] | None = None, *, with_intake: bool = True, **sections: Any
+    ) -> Harness:
         dcfg = {"owner_id": OWNER_ID, "allowed_users": [FRIEND_ID], "burst_window": 0.0}
         dcfg.update(discord_cfg or {})
         data: dict[str, Any] = {"discord": dcfg, "llm": {"max_retries": 0}}
@@ -211,7 +213,7 @@ async def make_harness(
         intake = Intake(cfg)  # files, and the images the agent shows, as the app builds them
         images = StoredImages(intake.images.load, intake.images.save)
         agent = Agent(cfg, llm, memory, tools_registry(cfg), images=images)
-        bot = LunaBot(cfg, agent, memory, intake)
+        bot = LunaBot(cfg, agent, memory, intake if with_intake else None)
         turns = TurnCounter()
         bot.channel.pipeline = SessionPipeline(
             turns.wrap(bot.channel.run_batch), burst_window=cfg.discord.burst_window
@@ -245,6 +247,7 @@ async def make_harness(
     for bot, memory, llm in opened:
         await bot.agent.drain(0)  # the image describer's background work stops too
         await bot.channel.aclose()
+        await bot.adapter.aclose()  # the attachments' download client
         await llm.close()
         await memory.close()
     callbacks.remove_callback("edit_message")

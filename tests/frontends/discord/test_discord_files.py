@@ -149,3 +149,24 @@ async def test_discord_broken_downloads_are_one_line_and_the_bot_goes_on(
     assert text_of(user_content(llm_server.requests[1])).startswith("still there?")
     dm = await h.dm_channel(h.owner)
     assert "Hello." in [m["content"] for m in h.bot_messages(dm)]
+
+
+async def test_discord_files_without_an_intake_are_refused_in_one_line(
+    make_harness: Callable[..., Any], llm_server: FakeLLMServer, cdn: FileHost
+) -> None:
+    h = await make_harness(with_intake=False)  # Components.intake None: no attachments here
+    llm_server.script(Reply(content="I cannot open files here."))
+    image = photo(64, 48)
+    await send(h, "read these", [
+        ("notes.txt", cdn.add("notes.txt", b"buy milk"), 8, "text/plain"),
+        ("IMG_1.jpg", cdn.add("IMG_1.jpg", image), len(image), "image/jpeg"),
+    ])  # fmt: skip
+    await h.settle()
+    refusal = "notes.txt, IMG_1.jpg: attachments are not available here"
+    text = text_of(user_content(llm_server.requests[0]))
+    assert text.startswith(f"read these\n\n[not taken: {refusal}]\n")
+    dm = await h.dm_channel(h.owner)
+    said = [m["content"] for m in h.bot_messages(dm)]
+    assert said == [f"Not taken: {refusal}", "I cannot open files here."]
+    assert [f.requests for f in cdn.files.values()] == [0, 0]  # nothing downloaded
+    assert stored(h) == []

@@ -8,6 +8,9 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
+from discord.ext.test import backend, callbacks
+
+from luna.frontends.discord.delivery import MOVED_NOTE, destination
 from luna.scheduler.clock import ManualClock
 from luna.scheduler.model import Requester, Target, TaskRequest
 from luna.scheduler.service import SchedulerService
@@ -116,6 +119,27 @@ async def test_discord_opens_the_dm_when_needed_and_falls_back_to_it_when_a_chan
     ]
     assert await asyncio.to_thread(service.store.pending_deliveries) == []
     await service.stop(grace=0)
+
+
+async def test_discord_a_cached_category_is_no_destination_and_costs_no_fetch(
+    make_harness: Callable[..., Any],
+) -> None:
+    h = await make_harness()
+    category = backend.make_category_channel("Projects", h.guild)  # cached, takes no messages
+    fetched: list[int] = []
+
+    async def on_get_channel(channel_id: int) -> None:
+        fetched.append(channel_id)
+
+    callbacks.set_callback(on_get_channel, "get_channel")
+    try:
+        address = {"channel_id": str(category.id), "user_id": str(OWNER_ID), "is_dm": False}
+        place = await destination(h.bot, address)
+    finally:
+        callbacks.remove_callback("get_channel")
+    assert place is not None and place.note == MOVED_NOTE  # the owner's DM instead
+    assert place.conversation == await h.dm_channel(h.owner)
+    assert fetched == []  # the cache answered: no GET /channels/{id}
 
 
 async def test_discord_strangers_may_set_plain_reminders_only_when_allowed(

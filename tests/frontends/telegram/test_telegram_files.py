@@ -2,19 +2,21 @@
 file URL) and the attachments intake: a photo reaches the scripted model as an image part
 when it sees and as a line when it does not, a PDF's words are read, a voice note is kept and
 the user told it cannot be transcribed; an oversized file is refused without being
-downloaded, and a broken download is one line while the bot goes on."""
+downloaded, a local Bot API server's file paths are read from disk up to the cap, and a
+broken download is one line while the bot goes on."""
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from luna.agent.sight import BLIND_NOTICE
 from luna.frontends.channels.files import VOICE_NOTICE
 from tests.fakes.attachments import pdf, photo
 from tests.fakes.llm_server import FakeLLMServer, Reply
-from tests.fakes.telegram_server import FakeTelegram
+from tests.fakes.telegram_server import TOKEN, FakeTelegram
 from tests.frontends.telegram.conftest import OWNER
 
 
@@ -65,6 +67,9 @@ async def test_telegram_photo_reaches_a_vision_model_as_an_image_part(
     assert text_of(content).startswith("what is this?")
     assert [c["file_id"] for c in telegram.called("getFile")] == [file_id]  # the largest only
     assert stored(luna) == [("photo.jpg", "image", "image/jpeg")]
+    luna.stop.set()
+    await luna.task  # stopped: the download client is closed with the bot's
+    assert luna.frontend.adapter.downloads.is_closed
 
 
 async def test_telegram_document_photo_and_voice_reach_a_text_only_model(
@@ -122,11 +127,40 @@ async def test_telegram_oversized_files_are_refused_without_a_whole_download(
     await telegram.wait_for(lambda: "Too big, sorry." in telegram.shown(OWNER))
     assert len(llm_server.requests) == 1
     assert [c["file_id"] for c in telegram.called("getFile")] == [liar]  # not the announced one
+    assert telegram.downloads == ["documents/file_2.txt"]  # the too-big one never fetched
     text = user_content(llm_server.requests[0])
     assert "[not taken: video.mp4: too big (14.3 MB; the limit is 977 KB" in text
     assert "[not taken: log.txt: too big (the limit is 977 KB, attachments.max_bytes)]" in text
     notices = [t for t in telegram.shown(OWNER) if t.startswith("Not taken")]
     assert len(notices) == 1 and "video.mp4" in notices[0] and "log.txt" in notices[0]
+
+
+async def test_telegram_local_bot_api_paths_are_read_from_disk_up_to_the_cap(
+    start_luna: Callable[..., Any],
+    telegram: FakeTelegram,
+    llm_server: FakeLLMServer,
+    tmp_path: Path,
+) -> None:
+    """A Bot API server in ``--local`` mode answers getFile with an absolute path on this
+    machine (python-telegram-bot keeps it as it is when the file exists), not a file URL."""
+    await start_luna({"burst_window": 1.0}, attachments={"max_bytes": 1_000_000})
+    folder = tmp_path / "telegram-bot-api" / TOKEN / "documents"
+    folder.mkdir(parents=True)
+    notes, dump = folder / "file_1.txt", folder / "file_2.log"
+    notes.write_bytes(b"buy milk\ncall mum\n")
+    dump.write_bytes(b"A" * 3_000_000)  # announced as 100 bytes
+    ids = [telegram.add_file(notes.read_bytes(), str(notes)),
+           telegram.add_file(b"", str(dump))]  # fmt: skip
+    llm_server.script(Reply(content="Milk, and call mum."))
+    telegram.message(OWNER, extra={"media_group_id": "g1", "caption": "my list",
+                     "document": document(ids[0], "notes.txt", "text/plain", 18)})  # fmt: skip
+    telegram.message(OWNER, extra={"media_group_id": "g1",
+                     "document": document(ids[1], "dump.log", "text/plain", 100)})  # fmt: skip
+    await telegram.wait_for(lambda: "Milk, and call mum." in telegram.shown(OWNER))
+    text = user_content(llm_server.requests[0])
+    assert text.startswith("my list") and "buy milk\ncall mum" in text
+    assert "[not taken: dump.log: too big (the limit is 977 KB, attachments.max_bytes)]" in text
+    assert telegram.downloads == []  # read from disk, never over HTTP
 
 
 async def test_telegram_broken_download_is_one_line_and_the_bot_goes_on(
