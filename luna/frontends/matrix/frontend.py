@@ -15,7 +15,9 @@ Invariants:
   server).
 - The sync token is saved once what its batch brought is settled (``settle``): a message
   still in a burst or queued behind its session's running turn when Luna stops is synced
-  again at the next start.
+  again at the next start. A message whose turn's user message was committed is recorded
+  first (``taken``), and one on record that a later start syncs again is skipped: a restart
+  answers it once.
 - Nothing raised while handling one event stops the front-end (logged, the sync goes on);
   CancelledError propagates.
 - On stop: sync stops first (no new turns), running turns finish within
@@ -48,6 +50,7 @@ from luna.frontends.matrix.outbox import Outbox
 from luna.frontends.matrix.settle import TokenKeeper
 from luna.frontends.matrix.sync import SyncLoop
 from luna.frontends.matrix.sync_token import SyncTokens
+from luna.frontends.matrix.taken import TakenEvents
 from luna.observe import log_event
 
 if TYPE_CHECKING:
@@ -74,19 +77,24 @@ def access_of(cfg: Config) -> Access:
 
 
 class Receipts:
-    """The layer's receipts: each event's fate settles it for the sync token (``settle``);
-    a turn's reply written, its room's typing notice goes."""
+    """The layer's receipts: each event's fate settles it for the sync token (``settle``),
+    a committed one recorded first (``taken``); a turn's reply written, its room's typing
+    notice goes."""
 
-    def __init__(self, adapter: MatrixAdapter, keeper: TokenKeeper) -> None:
+    def __init__(self, adapter: MatrixAdapter, keeper: TokenKeeper, taken: TakenEvents) -> None:
         self.adapter = adapter
         self.keeper = keeper
+        self.taken = taken
 
     def dropped(self, event: InboundEvent) -> None:
         self.keeper.settle([event.message_id])
 
     async def stored(self, events: Sequence[InboundEvent], message_id: int) -> None:
-        self.keeper.settle(e.message_id for e in events)
-        await self.keeper.flush()
+        try:  # on record before the token may pass their batch
+            await self.taken.record([e.message_id for e in events])
+        finally:  # a failed record must not hold the token back: at worst, answered twice
+            self.keeper.settle(e.message_id for e in events)
+            await self.keeper.flush()
 
     async def answered(self, events: Sequence[InboundEvent]) -> None:
         self.keeper.settle(e.message_id for e in events)  # a turn that never stored its message
@@ -121,6 +129,7 @@ class MatrixFrontend:
         self.ready = asyncio.Event()  # logged in and syncing (tests wait for it)
         self.sync: SyncLoop | None = None
         self.keeper: TokenKeeper | None = None
+        self.taken: TakenEvents | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
         m = self.cfg.matrix
@@ -137,12 +146,13 @@ class MatrixFrontend:
         self.keeper = TokenKeeper(
             self.tokens, conn.user_id, max_hold=2 * self.cfg.agent.turn_timeout
         )
+        self.taken = TakenEvents(self.tokens.db, conn.user_id)
         self.channel = Channel(
             self.adapter,
             self.agent,
             self.access,
             settings,
-            Receipts(self.adapter, self.keeper),
+            Receipts(self.adapter, self.keeper, self.taken),
             intake=self.intake,
         )
         self.sync = SyncLoop(
@@ -198,8 +208,8 @@ class MatrixFrontend:
 
     async def deliver(self, item: RoomMessage | Reaction) -> None:
         """One message or reaction from the sync (never raises but CancelledError)."""
-        channel, inbound = self.channel, self.inbound
-        if channel is None or inbound is None:
+        channel, inbound, taken = self.channel, self.inbound, self.taken
+        if channel is None or inbound is None or taken is None:
             raise MatrixError("the Matrix front-end is not connected")
         try:
             if isinstance(item, Reaction):
@@ -211,6 +221,9 @@ class MatrixFrontend:
             if item.reply_to and allow is not None:
                 if channel.approvals.answer(item.reply_to, item.sender, allow) != "unknown":
                     return  # an answer to a prompt, never a message to the model
+            if await taken.has(item.event_id):  # synced again after a restart: answered once
+                log_event("matrix_taken_before", event_id=item.event_id)
+                return
             event = await inbound.event_of(item)
             if channel.receive(event):
                 self._keeper().hold(event.message_id)  # the token waits until it settles

@@ -16,9 +16,9 @@ Invariants:
 - Never stuck: a message unsettled after ``max_hold`` seconds (twice ``agent.turn_timeout``:
   no turn waits that long for another) is settled by force and logged
   (``matrix_sync_unsettled``), so one lost receipt cannot hold the token back for good.
-- The price: a batch holding a message answered before the stop and one not yet settled is
-  synced again as a whole, so that answered message is answered once more (two sessions'
-  messages in one sync batch, and a stop between their turns).
+- A batch holding a message answered before the stop and one not yet settled is synced
+  again as a whole (two sessions' messages in one sync batch, and a stop between their
+  turns); the answered one is on record by then (``taken``) and the front-end skips it.
 """
 
 from __future__ import annotations

@@ -348,4 +348,19 @@ MIGRATIONS: list[Migration] = [
             )""",
         ],
     ),
+    (
+        "m013_matrix_taken",
+        [
+            # Matrix messages whose turn's user message is committed
+            # (luna.frontends.matrix.taken): a batch synced again after a restart skips them.
+            # Pruned by age when rows are added.
+            """CREATE TABLE matrix_taken (
+                user_id TEXT NOT NULL,
+                event_id TEXT NOT NULL,
+                created_at TEXT NOT NULL,
+                PRIMARY KEY (user_id, event_id)
+            )""",
+            "CREATE INDEX matrix_taken_created_at ON matrix_taken(created_at)",
+        ],
+    ),
 ]

@@ -52,6 +52,7 @@ BASE_TABLES = (
     "matrix_sync",
     "channel_cursors",
     "channel_turns",
+    "matrix_taken",
 )
 SQLITE_HEADER = b"SQLite format 3\x00"
 REPORTED = ("messages", "memories", "sessions", "summaries", "scheduled_tasks")

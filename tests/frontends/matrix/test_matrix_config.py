@@ -1,10 +1,11 @@
 """Matrix in the settings other parts read: where the owner's results go, who may schedule,
-how an owner's answer to an approval prompt is read, when the sync token is saved (no
-homeserver needed)."""
+how an owner's answer to an approval prompt is read, when the sync token is saved, which
+messages a restart must not answer again (no homeserver needed)."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
@@ -13,6 +14,7 @@ from luna.frontends.matrix.adapter import verdict
 from luna.frontends.matrix.conversation import Room
 from luna.frontends.matrix.settle import TokenKeeper
 from luna.frontends.matrix.sync_token import SyncTokens
+from luna.frontends.matrix.taken import KEEP_DAYS, TakenEvents
 from luna.hooks.target import hook_target, target_problem
 from luna.memory import Memory
 from luna.scheduler.model import Target, owner_target
@@ -97,5 +99,33 @@ async def test_matrix_sync_token_waits_for_the_batches_messages(
         await asyncio.sleep(0.01)
         await keeper.flush()
         assert await tokens.load(OWNER) == "t5" and keeper.unsettled == 0
+    finally:
+        await memory.close()
+
+
+async def test_matrix_taken_events_survive_a_restart_and_age_out(
+    luna_config: Callable[..., Any],
+) -> None:
+    cfg = luna_config()
+    memory = Memory(cfg.memory)
+    await memory.open(background=False, use_vectors=False)
+    try:
+        taken = TakenEvents(memory.store, OWNER)
+        await taken.record(["$a", "$b"])
+        await taken.record(["$a"])  # recorded again: no error, one row
+        old = (dt.datetime.now(dt.UTC) - dt.timedelta(days=KEEP_DAYS, hours=1)).isoformat()
+        with memory.store.transaction() as conn:
+            conn.execute("UPDATE matrix_taken SET created_at = ? WHERE event_id = '$b'", (old,))
+    finally:
+        await memory.close()
+    memory = Memory(cfg.memory)  # the next start, on the same database
+    await memory.open(background=False, use_vectors=False)
+    try:
+        taken = TakenEvents(memory.store, OWNER)
+        assert await taken.has("$a") and await taken.has("$b")
+        assert not await taken.has("$c")
+        assert not await TakenEvents(memory.store, FRIEND).has("$a")  # per bot account
+        await taken.record(["$c"])  # adding rows prunes those past KEEP_DAYS
+        assert [await taken.has(e) for e in ("$a", "$b", "$c")] == [True, False, True]
     finally:
         await memory.close()

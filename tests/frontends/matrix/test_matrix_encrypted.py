@@ -115,3 +115,37 @@ async def test_matrix_message_still_in_a_burst_at_stop_is_answered_after_restart
     msgs = await world.owner.answer(room, world.bot.user_id, "answered after all")
     assert len(msgs) == 1 and len(world.llm_server.requests) == 1
     assert "a message Luna takes in" in world.llm_server.requests[0]["messages"][-1]["content"]
+
+
+async def test_matrix_answered_message_synced_again_after_restart_is_not_answered_again(
+    world: World,
+) -> None:
+    """Issue 33: a message answered before the stop, synced again with one that had not
+    settled (the token could not pass them), starts no second turn."""
+    world.llm_server.script(Reply("answer to the quick one"), Reply("answer to the held one"))
+    luna = await world.start_luna(burst_window=30.0)  # the first message waits in its burst
+    held_room, quick_room = await open_dm(world), await open_dm(world)  # two sessions
+    await world.owner.say(held_room, "the held message")
+    keeper, channel = luna.frontend.keeper, luna.frontend.channel
+    assert keeper is not None and channel is not None
+    await world.owner.wait_until(lambda: keeper.unsettled == 1)
+    channel.pipeline._window = 0.0  # from now on a burst closes at once: the next is answered
+    await world.owner.say(quick_room, "the quick message")
+    await world.owner.answer(quick_room, world.bot.user_id, "answer to the quick one")
+    assert keeper.unsettled == 1  # the token still waits before both messages' batches
+    await world.stop_luna()
+    luna = await world.start_luna(burst_window=0.2)
+    await world.owner.answer(held_room, world.bot.user_id, "answer to the held one")
+    keeper = luna.frontend.keeper
+    sync = luna.frontend.sync
+    assert keeper is not None and sync is not None
+    batches = sync.batches
+    await world.owner.wait_until(lambda: sync.batches > batches and keeper.unsettled == 0)
+    stored = luna.memory.store.query(
+        "SELECT content FROM messages WHERE role = 'user' AND content LIKE '%quick message%'"
+    )
+    assert len(stored) == 1  # a second turn would have committed it again
+    asked = [str(r["messages"][-1]["content"]) for r in world.llm_server.requests]
+    assert sum(a.startswith("the quick message") for a in asked) == 1  # (recall quotes it)
+    assert sum(a.startswith("the held message") for a in asked) == 1
+    assert len(world.owner.messages_from(quick_room, world.bot.user_id)) == 1
