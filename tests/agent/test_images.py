@@ -148,6 +148,7 @@ async def test_images_are_described_in_the_background_and_found_by_what_they_sho
     setup: Callable[..., Any], llm_server: FakeLLMServer
 ) -> None:
     llm_server.vision = True
+    llm_server.total_slots = 2  # a slot for background work: described as the turn ends
     agent, images, memory = await setup()
     photo = images.add(PHOTO, "IMG_2291.png")
     llm_server.script(Reply(content="Sure."))
