@@ -12,6 +12,7 @@ from pathlib import Path
 
 from openai import OpenAI
 
+from luna.agent.notes import EMPTY_REPLY
 from luna.memory.storage.request_log import RequestLog
 from tests.fakes.attachments import photo
 from tests.frontends.web.conftest import TOKEN
@@ -68,18 +69,28 @@ def test_openai_sdk_image_url_reaches_the_real_vision_server_and_is_resent_as_is
             user="viewer",
             max_tokens=16,
         )
-        assert second.headers["x-luna-history"] == "continued"
+        # The random projector's noise may be no words at all: Luna then shows a notice it
+        # does not log, and the client's copy differs from the log (the log wins).
+        expected = "diverged" if reply == EMPTY_REPLY else "continued"
+        assert second.headers["x-luna-history"] == expected
         assert second.parse().choices[0].message.content is not None
     finally:
         assert luna.stop() == 0, "".join(luna.stderr)
     assert len(IMAGE_DECODED.findall(log_after_first)) >= 1  # the server decoded the photo
     chat = RequestLog(tmp_path / "data" / "requests.db").for_session("api:viewer")
-    assert len(chat) == 2 and not any(r.error for r in chat), [r.error for r in chat]
-    sent_first, sent_second = (_images(r.messages) for r in chat)
+    assert chat and not any(r.error for r in chat), [r.error for r in chat]
+    turns = list(dict.fromkeys(r.turn_id for r in chat))
+    assert len(turns) == 2  # (a turn may ask again after an empty answer)
+    first_request, next_turn = chat[0], next(r for r in chat if r.turn_id == turns[1])
+    sent_first = _images(first_request.messages)
     assert len(sent_first) == 1 and sent_first[0]["image_url"]["url"].startswith("data:image/")
-    assert sent_second == sent_first  # turn 2 repeats the photo byte for byte
+    assert all(_images(r.messages) == sent_first for r in chat)  # byte for byte, every time
+    decoded = len(IMAGE_DECODED.findall(real.log_path.read_text(errors="replace")))
     print(
-        f"turn 2: {chat[1].cached_tokens} of {chat[1].prompt_tokens} prompt tokens cached; "
-        f"image decoded {len(IMAGE_DECODED.findall(real.log_path.read_text(errors='replace')))}"
-        " times in all"
+        f"turn 2: {next_turn.cached_tokens} of {next_turn.prompt_tokens} prompt tokens cached; "
+        f"image decoded {decoded} time(s) in all"
     )
+    # One slot: the describer waits for quiet (attachments.describe_after_idle), so nothing
+    # took the slot between the turns: the photo was decoded once and turn 2 reused it.
+    assert decoded == 1
+    assert (next_turn.cached_tokens or 0) > (next_turn.prompt_tokens or 0) * 0.9
