@@ -11,13 +11,14 @@ Invariants:
   the turn has ended, so a description never races the reply for the server. One tracked
   task works through the queue, one image at a time, as background work (no session lane:
   llama-server's background slot when slots are pinned).
-- Never at the cost of a session's KV cache: when background work has no slot of its own
-  (``luna.llm.slots.has_background_slot``: a one-slot llama-server, or ``llm.pin_slots``
-  off), a description would take the slot a session's cache is in, and that session's next
-  turn would prefill everything again. There the describer waits until no turn has run for
-  ``attachments.describe_after_idle`` seconds (the agent reports ``turn_started`` and
-  ``turn_ended``); the first turn after that pays one prefill (unless llama-server's
-  ``--cache-ram`` kept the session's prompt), once for everything described in that lull.
+- Never at the cost of a session's KV cache: when background work shares a server and slot
+  with the sessions (``luna.llm.router.leaves_sessions_alone``: a one-slot llama-server that
+  also serves chat, or ``llm.pin_slots`` off), a description would take the slot a
+  session's cache is in, and that session's next turn would prefill everything again.
+  There the describer waits until no turn has run for ``attachments.describe_after_idle``
+  seconds (the agent reports ``turn_started`` and ``turn_ended``); the first turn after
+  that pays one prefill (unless llama-server's ``--cache-ram`` kept the session's prompt),
+  once for everything described in that lull.
 - Each image is described at most once: it is skipped when memory has its description, and
   an image whose description failed is not asked again in this run.
 - Only a server that reports vision is asked; without one nothing is described (said once in
@@ -35,7 +36,7 @@ from typing import Any
 
 from luna.agent.images import ImageSource, images_of
 from luna.errors import LunaError
-from luna.llm.slots import has_background_slot
+from luna.llm.router import leaves_sessions_alone
 from luna.llm.vision import text_part
 from luna.messages import Attachment
 from luna.observe import log_event
@@ -144,7 +145,7 @@ class ImageDescriber:
 
     async def _slot_free(self) -> None:
         """Return once a description cannot cost a session its cache (module docstring)."""
-        if has_background_slot(await self.llm.server_info(), self.llm.cfg.pin_slots):
+        if await leaves_sessions_alone(self.llm):
             return
         if self._quiet_in() <= 0:
             return

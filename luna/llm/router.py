@@ -19,6 +19,8 @@ Invariants:
 - Servers may differ in what they see: each client reads its own ``/props`` modalities, and
   ``can_see(lane)`` answers for the server that lane's next call goes to (a failover to a
   text-only server gets lines in place of images from its client).
+- ``leaves_sessions_alone`` says whether a background call can cost a session its KV cache:
+  never on a server no chat session uses, else as ``luna.llm.slots.has_background_slot``.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from luna.config import ROLES, LLMConfig, Role
 from luna.errors import LLMContextOverflowError, LLMError, LLMRejectedError
 from luna.llm.client import LLMClient
 from luna.llm.server_info import ServerInfo
+from luna.llm.slots import has_background_slot
 from luna.messages import LLMResponse
 from luna.observe import TURN_DETAIL, log_event
 
@@ -238,3 +241,16 @@ class RoleLLM:
 
     async def close(self) -> None:
         await self.router.close()
+
+
+async def leaves_sessions_alone(llm: LLMClient | RoleLLM) -> bool:
+    """Whether ``llm``'s next call without a lane (background work) leaves every session's KV
+    cache alone: it goes to a server no chat session uses, or to a llama-server slot of its
+    own. A one-slot server (or ``llm.pin_slots`` off) that also serves chat does not."""
+    client = llm
+    if isinstance(llm, RoleLLM):
+        backend = llm.router.candidates(llm.role, None)[0]
+        if backend not in llm.router.candidates("chat", None):
+            return True
+        client = backend.client
+    return has_background_slot(await client.server_info(), client.cfg.pin_slots)

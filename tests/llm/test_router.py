@@ -16,7 +16,7 @@ import pytest
 from luna import observe
 from luna.agent import Agent
 from luna.config import Config, build_config
-from luna.llm.router import LLMRouter
+from luna.llm.router import LLMRouter, leaves_sessions_alone
 from luna.llm.vision import IMAGE_WITHHELD
 from luna.memory import Memory
 from luna.memory.librarian import Librarian
@@ -83,6 +83,28 @@ async def test_router_background_calls_reach_only_their_own_server(
     assert len(chat) == 3 and all(r.get("tools") for r in chat)  # the turns, on "big"
     assert background and all(r.get("response_format") for r in background)  # the librarian
     assert (await memory_summary(cfg)) == "They talked."
+
+
+async def test_router_background_work_leaves_sessions_alone_on_a_server_of_its_own(
+    tmp_path: Path, llm_server: FakeLLMServer
+) -> None:
+    # One slot each (the scripted servers' /props): background work on the chat server would
+    # take a session's slot; on a server of its own it takes none.
+    with FakeLLMServer() as small:
+        big = {"name": "big", "endpoint": llm_server.url, "model": llm_server.model}
+        apart = LLMRouter.from_config(servers_config(tmp_path, [big, {
+            "name": "small", "endpoint": small.url, "model": small.model,
+            "roles": ["background"]}]).llm)  # fmt: skip
+        shared = LLMRouter.from_config(servers_config(tmp_path, [big]).llm)
+        pinned = LLMRouter.from_config(servers_config(tmp_path, [big]).llm)
+        try:
+            assert await leaves_sessions_alone(apart.view("background"))
+            assert not await leaves_sessions_alone(shared.view("background"))
+            llm_server.total_slots = 2  # pinned: the last slot is background work's
+            assert await leaves_sessions_alone(pinned.view("background"))
+        finally:
+            for router in (apart, shared, pinned):
+                await router.close()
 
 
 async def memory_summary(cfg: Config) -> str | None:
