@@ -81,7 +81,8 @@ def describe_parts(content: Any, server: str) -> tuple[list[str], list[ToolMedia
                 f"{READ_TOOL}(server={server!r}, uri={uri!r})]"
             )
         elif kind == "resource":
-            res = item.get("resource") if isinstance(item.get("resource"), dict) else {}
+            found = item.get("resource")
+            res: dict[str, Any] = found if isinstance(found, dict) else {}
             parts.append(_resource(res))
             if (blob := _blob_media(res)) is not None:
                 media.append(blob)
