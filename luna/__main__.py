@@ -15,10 +15,13 @@ import asyncio
 import importlib
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from luna import __version__
 from luna.errors import ConfigError, LunaError, UsageError
+
+if TYPE_CHECKING:  # loaded by the command that needs it
+    from luna.config import Config
 
 # The module that adds each command through ``add_parser(subparsers)``. A command named on the
 # command line gets only its module imported (``luna memory list`` pays nothing for MCP's or
@@ -153,7 +156,7 @@ def command_name(parser: argparse.ArgumentParser, argv: Sequence[str] | None) ->
     return " ".join(names)
 
 
-def _check_config(cfg: Any) -> None:
+def _check_config(cfg: Config) -> None:
     """Start-up's checks across keys (imported only when a command asks)."""
     from luna.scheduler.heartbeat import check_config
 

@@ -22,7 +22,7 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from luna import frontends, observe
 from luna.config import Config, is_llm_endpoint_explicit, secret_values
@@ -30,6 +30,7 @@ from luna.datafolder import InstanceLock
 from luna.frontends import Components, Frontend
 
 if TYPE_CHECKING:  # imported where used: MCP servers start before the LLM client is loaded
+    from luna.agent import Agent
     from luna.llm.router import LLMRouter
     from luna.mcp.launch import Prelaunched
 
@@ -174,7 +175,7 @@ async def build_components(
     )
 
 
-async def _serve(frontends: list[Frontend], agent: Any, stop: asyncio.Event, grace: float) -> int:
+async def _serve(frontends: list[Frontend], agent: Agent, stop: asyncio.Event, grace: float) -> int:
     """Run every front-end until one ends or ``stop``; then stop them all, in order. The exit
     code is the highest a front-end returned (the piped REPL returns 1 after a failed turn)."""
     runs = {asyncio.create_task(fe.run(stop), name=f"frontend-{fe.name}") for fe in frontends}
@@ -191,8 +192,8 @@ async def _serve(frontends: list[Frontend], agent: Any, stop: asyncio.Event, gra
         task.cancel()
     await asyncio.gather(*late, return_exceptions=True)
     for task in runs - late:
-        if task.exception() is not None:
-            raise task.exception()  # type: ignore[misc]
+        if (error := task.exception()) is not None:
+            raise error
     return max((task.result() or 0 for task in runs - late), default=0)
 
 

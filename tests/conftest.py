@@ -11,8 +11,11 @@ Invariants:
   code of the test function and of every fixture it uses, so a new test is marked without a
   decorator: ``real_server`` (a real llama-server: the ``real_llama`` fixture, ``RealLlama(``,
   ``EmbeddedModel(``), ``browser`` (chromium through Playwright: ``browser_page(``) and ``slow``
-  (a child process: Luna itself, ``python -m luna web``, tmux, any ``subprocess``). The fast
-  inner loop is ``pytest -m "not real_server and not browser and not slow"``; CI runs them all.
+  (a child process: Luna itself, ``python -m luna web``, tmux, any ``subprocess``, or one Luna
+  starts for the test: an MCP server, bash in bubblewrap, the embedding worker, a document's
+  conversion; and torch loaded in-process). The fast inner loop is
+  ``pytest -m "not real_server and not browser and not slow"``; CI runs them all. Each source
+  is searched once (``_earned_by``), so marking 1,700 tests costs about a second.
 """
 
 from __future__ import annotations
@@ -55,6 +58,17 @@ STARTS = {
     "slow": re.compile(
         r"\bsubprocess\.|create_subprocess_(?:exec|shell)\(|\bLunaWebProcess\(|\btmux\b"
         r"|\bos\.fork\(|\bmultiprocessing\."
+        # Luna's own parts that start one: MCP stdio servers; bash in bubblewrap (a bash call
+        # with its arguments, or scripted for the model) and the sandbox probe; the embedding
+        # worker; a document's conversion (documents.convert, or a PDF or Word file of
+        # tests/fakes/attachments.py handed to Luna under a name, or written to a file).
+        r"|\bMCPManager\(|\bprelaunch\("
+        r"|[\"']bash[\"'],\s*(?:\{|json\.|command=)|tool_calls=\[\{[\"']name[\"']:\s*[\"']bash[\"']"
+        r"|\bsandbox_status\(|\bprobe=True|\bEmbeddingProcess\b"
+        r"|(?<![.\w])convert\(|(?:[\"'][\w.-]+\.(?:pdf|docx)[\"'],\s*|write_bytes\()"
+        r"(?:pdf|docx|scanned_pdf)\("
+        # and torch, loaded in-process (seconds to tens of seconds)
+        r"|backend=[\"']torch[\"']"
     ),
 }
 
@@ -78,8 +92,19 @@ def _source_and_helpers(obj: Any) -> tuple[str, list[Any]]:
     return _PARTS[id(obj)]
 
 
-def _code_of(item: pytest.Item) -> str:
-    """The source a test runs: its function, its fixtures, and the helpers they call,
+_EARNS: dict[int, frozenset[str]] = {}
+
+
+def _earned_by(obj: Any) -> frozenset[str]:
+    """The markers ``obj``'s own source earns (cached: fixtures and helpers are shared)."""
+    if id(obj) not in _EARNS:
+        source = _source_and_helpers(obj)[0]
+        _EARNS[id(obj)] = frozenset(m for m, pattern in STARTS.items() if pattern.search(source))
+    return _EARNS[id(obj)]
+
+
+def markers_for(item: pytest.Item) -> set[str]:
+    """What the code a test runs earns: its function, its fixtures, and the helpers they name,
     transitively (a helper is a function or class defined under tests/ named in the code)."""
     queue: list[Any] = [getattr(item, "function", None)]
     fixture_info = getattr(item, "_fixtureinfo", None)  # pytest's own, stable since 3.x
@@ -87,23 +112,20 @@ def _code_of(item: pytest.Item) -> str:
         for fixture in fixture_info.name2fixturedefs.get(name, ()) if fixture_info else ():
             queue.append(fixture.func)
     seen: set[int] = set()
-    code = []
+    earned: set[str] = set()
     while queue:
         obj = queue.pop()
         if id(obj) not in seen:
             seen.add(id(obj))
-            source, named = _source_and_helpers(obj)
-            code.append(source)
-            queue.extend(named)
-    return "\n".join(code)
+            earned |= _earned_by(obj)
+            queue.extend(_source_and_helpers(obj)[1])
+    return earned
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        code = _code_of(item)
-        for marker, pattern in STARTS.items():
-            if pattern.search(code):
-                item.add_marker(marker)
+        for marker in sorted(markers_for(item)):
+            item.add_marker(marker)
 
 
 @pytest.fixture(autouse=True)

@@ -17,10 +17,15 @@ type, not references):
   module's source mentions. File names that look dotted (``luna.db``, ``luna.lock``) are skipped.
 Anything holding a placeholder (``<model>``, ``NAME``, ``*``, ``{id}``) is skipped, and so is the
 data folder (``data/...``: made at run time, not in the repo).
+
+And docs/ARCHITECTURE.md's Contracts section names the seams that exist: its table of Protocols
+has a row for every ``typing.Protocol`` class under ``luna/`` (read with ``ast``), each naming
+the module that defines it, and no row for a Protocol that does not exist.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -117,3 +122,56 @@ def test_the_rules_find_drift() -> None:
     assert place_of_bare("writes.py", ["luna/mcp/rpc.py"]) is None
     assert dotted_exists("luna.memory.Memory") and dotted_exists("luna.hooks")
     assert not dotted_exists("luna.memory.Nothing") and not dotted_exists("luna.nothing")
+
+
+ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
+# A row of the seams table: | `Name` | `module/path.py` | ...
+PROTOCOL_ROW = re.compile(r"^\|\s*`(\w+)`\s*\|\s*`([\w/.]+\.py)`\s*\|", re.MULTILINE)
+
+
+def contracts_section(text: str) -> str:
+    """The text of the ``## Contracts`` section, up to the next ``## `` heading."""
+    start = text.index("\n## Contracts\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else len(text)]
+
+
+def protocols_in_code() -> dict[str, str]:
+    """Every Protocol class under luna/: name -> its module's path relative to luna/."""
+    found: dict[str, str] = {}
+    for path in sorted((ROOT / "luna").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ClassDef) and any(
+                (isinstance(b, ast.Name) and b.id == "Protocol")
+                or (isinstance(b, ast.Attribute) and b.attr == "Protocol")
+                for b in node.bases
+            ):
+                assert node.name not in found, f"two Protocols named {node.name}"
+                found[node.name] = str(path.relative_to(ROOT / "luna"))
+    return found
+
+
+def protocols_in_docs(text: str) -> dict[str, str]:
+    """The Contracts section's table rows: Protocol name -> the module it names."""
+    return dict(PROTOCOL_ROW.findall(contracts_section(text)))
+
+
+def test_contracts_name_every_protocol_and_only_those() -> None:
+    in_code, in_docs = protocols_in_code(), protocols_in_docs(ARCHITECTURE.read_text())
+    missing = sorted(set(in_code) - set(in_docs))
+    invented = sorted(set(in_docs) - set(in_code))
+    assert not missing, f"Protocols the Contracts section does not name: {missing}"
+    assert not invented, f"ARCHITECTURE.md names Protocols that do not exist: {invented}"
+    moved = {n: (in_docs[n], in_code[n]) for n in in_code if in_docs[n] != in_code[n]}
+    assert not moved, f"(docs, code) modules differ: {moved}"
+    assert {"ChatModel", "SessionMemory", "ToolRunner", "Frontend"} <= set(in_code)
+
+
+def test_the_contracts_rules_find_drift() -> None:
+    text = (
+        "# A\n\n## Contracts\n| Protocol | Module |\n|---|---|\n"
+        "| `ChatModel` | `llm/contract.py` | x |\n| `Ghost` | `llm/ghost.py` | y |\n"
+        "## Next\n| `Later` | `a/b.py` | z |\n"
+    )
+    assert protocols_in_docs(text) == {"ChatModel": "llm/contract.py", "Ghost": "llm/ghost.py"}
+    assert protocols_in_code()["ChatModel"] == "llm/contract.py"

@@ -12,7 +12,7 @@ Invariants:
   task works through the queue, one image at a time, as background work (no session lane:
   llama-server's background slot when slots are pinned).
 - Never at the cost of a session's KV cache: when background work shares a server and slot
-  with the sessions (``luna.llm.router.leaves_sessions_alone``: a one-slot llama-server that
+  with the sessions (``ChatModel.leaves_sessions_alone``: a one-slot llama-server that
   also serves chat, or ``llm.pin_slots`` off), a description would take the slot a
   session's cache is in, and that session's next turn would prefill everything again.
   There the describer waits until no turn has run for ``attachments.describe_after_idle``
@@ -32,12 +32,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Iterable
-from typing import Any
 
 from luna.agent.images import ImageSource, images_of
 from luna.errors import LunaError
-from luna.llm.router import leaves_sessions_alone
+from luna.llm.contract import ChatModel
 from luna.llm.vision import text_part
+from luna.memory.contract import SessionMemory
 from luna.messages import Attachment
 from luna.observe import log_event
 
@@ -58,8 +58,8 @@ class ImageDescriber:
 
     def __init__(
         self,
-        llm: Any,
-        memory: Any,
+        llm: ChatModel,
+        memory: SessionMemory,
         source: ImageSource,
         *,
         max_tokens: int = MAX_TOKENS,
@@ -145,7 +145,7 @@ class ImageDescriber:
 
     async def _slot_free(self) -> None:
         """Return once a description cannot cost a session its cache (module docstring)."""
-        if await leaves_sessions_alone(self.llm):
+        if await self.llm.leaves_sessions_alone():
             return
         if self._quiet_in() <= 0:
             return

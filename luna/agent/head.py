@@ -28,7 +28,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from luna.memory.contract import SessionMemory
 from luna.observe import log_event
+from luna.tools.contract import ToolRunner
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +59,7 @@ def spec_name(spec: dict[str, Any]) -> str:
 class SessionHeads:
     """Loads a session's head, or builds and keeps it at the session's first turn."""
 
-    def __init__(self, memory: Any, registry: Any) -> None:
+    def __init__(self, memory: SessionMemory, registry: ToolRunner) -> None:
         self.memory = memory
         self.registry = registry
 

@@ -21,9 +21,8 @@ Invariants:
 - A message's images (a user's attachments, a tool's images) are logged with it and go to the
   model as ``luna.agent.sight`` decides: image parts when its server can see, lines otherwise,
   the same way in every later request.
-- A model that is silent (no text, reasoning, progress or status) for ``WAITING_NOTICE``
-  seconds, or half its ``llm.first_byte_timeout`` when that is shorter, gets one Status line
-  saying Luna is waiting and how long it will: the user is never left without a word.
+- Each model call streams through ``agent/streaming.py``: a silent model gets one Status line
+  saying Luna is waiting, and how long it will.
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -41,6 +41,7 @@ from luna.agent.calls import run_round, vet_calls
 from luna.agent.describer import ImageDescriber
 from luna.agent.fit import ContextFit
 from luna.agent.head import Head, SessionHeads
+from luna.agent.images import ImageSource
 from luna.agent.notes import EMPTY_REPLY, now_in, round_limit_note
 from luna.agent.prompt import (
     as_sent,
@@ -53,18 +54,20 @@ from luna.agent.prompt import (
 )
 from luna.agent.recorder import request_recorder
 from luna.agent.recovery import ModelCall
-from luna.agent.sight import ImageSource, Sight, TurnSight
+from luna.agent.sight import Sight, TurnSight
+from luna.agent.streaming import stream_reply
 from luna.agent.subagent import WRAP_UP_NOTE, TurnBudget, run_subagent
 from luna.config import Config
 from luna.errors import DatabaseBusyError, DatabaseCorruptError, LLMError, LunaError
-from luna.llm.stream import Progress
+from luna.llm.contract import ChatModel
 from luna.memory import format_recall
+from luna.memory.contract import SessionMemory
+from luna.memory.librarian import Librarian
 from luna.memory.storage.request_log import RequestLog
 from luna.messages import (
     AgentEvent,
     InboundMessage,
     LLMResponse,
-    ReasoningDelta,
     Status,
     TextDelta,
     TurnDone,
@@ -73,13 +76,12 @@ from luna.messages import (
     clean_text,
 )
 from luna.tasks import finish_or_cancel
+from luna.tools.contract import ToolRunner
 from luna.tools.registry import ToolContext
 
 log = logging.getLogger(__name__)
 
 SHUTTING_DOWN = "Luna is shutting down; send that again in a moment."
-PROGRESS_MIN_TOKENS = 2000  # only a prefill this long is worth a progress line
-WAITING_NOTICE = 10.0  # seconds of silence from the model before the user is told
 MAX_REMEMBERED_SESSIONS = 256
 
 __all__ = ["WRAP_UP_NOTE", "Agent"]
@@ -91,14 +93,14 @@ class Agent:
     def __init__(
         self,
         cfg: Config,
-        llm: Any,
-        memory: Any,
-        registry: Any,
-        librarian: Any | None = None,
+        llm: ChatModel,
+        memory: SessionMemory,
+        registry: ToolRunner,
+        librarian: Librarian | None = None,
         requests: RequestLog | None = None,
         *,
-        background_llm: Any | None = None,
-        subagent_llm: Any | None = None,
+        background_llm: ChatModel | None = None,
+        subagent_llm: ChatModel | None = None,
         images: ImageSource | None = None,
     ) -> None:
         self.cfg = cfg
@@ -313,7 +315,15 @@ class Agent:
             resp, sent = await call(
                 messages + extra,
                 send_tools,
-                lambda m, t=send_tools: self._stream(m, t, emit, msg.session_id),
+                functools.partial(
+                    stream_reply,
+                    llm=self.llm,
+                    tools=send_tools,
+                    emit=emit,
+                    limits=self.cfg.llm,
+                    record=request_recorder(self.requests, msg.session_id),
+                    lane=msg.session_id,
+                ),
             )
             messages = sent[: len(sent) - len(extra)] if extra else sent
             usage = resp.usage or usage
@@ -381,65 +391,6 @@ class Agent:
         emit(TextDelta(("\n\n" if reply.strip() else "") + note))
         shown = f"{reply.rstrip()}\n\n{note}" if reply.strip() else note
         return shown, shown
-
-    async def _stream(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None,
-        emit: Callable[[AgentEvent], None],
-        session_id: str,
-    ) -> LLMResponse:
-        heard = asyncio.Event()  # the model (or the client about it) said something
-
-        async def on_text(text: str) -> None:
-            heard.set()
-            emit(TextDelta(text))
-
-        async def on_reasoning(text: str) -> None:
-            heard.set()
-            emit(ReasoningDelta(text))
-
-        async def on_status(text: str) -> None:
-            heard.set()
-            emit(Status(text))
-
-        async def on_progress(p: Progress) -> None:
-            heard.set()
-            if p.total - p.cached >= PROGRESS_MIN_TOKENS:
-                emit(Status(f"reading {p.total - p.cached:,} tokens… {p.share:.0%}", "progress"))
-
-        notice = asyncio.create_task(self._waiting_notice(heard, emit))
-        try:
-            return await self.llm.stream(
-                messages,
-                tools,
-                on_text=on_text,
-                on_reasoning=on_reasoning,
-                on_status=on_status,
-                on_progress=on_progress,
-                record=request_recorder(self.requests, session_id),
-                lane=session_id,
-            )
-        finally:
-            notice.cancel()
-
-    async def _waiting_notice(
-        self, heard: asyncio.Event, emit: Callable[[AgentEvent], None]
-    ) -> None:
-        """One Status line when the model stays silent (see the module docstring)."""
-        llm = self.cfg.llm
-        after = min(WAITING_NOTICE, llm.first_byte_timeout / 2)
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(after):
-                await heard.wait()
-        if not heard.is_set():
-            emit(
-                Status(
-                    f"waiting for the model to answer (no reply for {after:g} s; Luna gives up "
-                    f"after {llm.first_byte_timeout:g} s without a first byte, "
-                    f"{llm.timeout:g} s in all)"
-                )
-            )
 
     async def _recall_block(self, msg: InboundMessage) -> str:
         # Memory leaves out this session's messages still in the prompt (this one included);

@@ -11,7 +11,7 @@ from typing import Any
 
 from luna import observe
 from luna.errors import LLMError
-from luna.llm.client import RequestRecorder
+from luna.llm.contract import RequestRecorder
 from luna.memory.storage.request_log import RequestLog
 from luna.messages import LLMResponse
 

@@ -24,7 +24,7 @@ from typing import Any
 from luna.agent.fit import ContextFit, request_chars
 from luna.agent.prompt import turn_start
 from luna.errors import LLMContextOverflowError, LLMRejectedError
-from luna.llm import LLMClient
+from luna.llm.contract import ChatModel
 from luna.messages import LLMResponse
 from luna.observe import log_event
 
@@ -57,7 +57,7 @@ def _cut_points(messages: list[dict[str, Any]]) -> list[int]:
 
 
 async def find_rejected(
-    llm: LLMClient, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    llm: ChatModel, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
 ) -> tuple[int, int] | None:
     """(start, end) of the first segment whose prefix the server refuses to render, or None."""
     if await llm.server_info() is None:
@@ -88,7 +88,7 @@ class ModelCall:
     """Calls the model for one turn, fitting and repairing the request as described above."""
 
     def __init__(
-        self, llm: LLMClient, fit: ContextFit, excluded: set[str], lane: str | None = None
+        self, llm: ChatModel, fit: ContextFit, excluded: set[str], lane: str | None = None
     ) -> None:
         self.llm = llm
         self.lane = lane  # the session: its server's context counts

@@ -21,6 +21,7 @@ from typing import Any
 from luna.agent.describer import ImageDescriber
 from luna.agent.images import ImageSource, images_of, unreadable_line
 from luna.agent.prompt import as_sent
+from luna.llm.contract import ChatModel
 from luna.llm.vision import VISION_HINT, text_part
 from luna.messages import AgentEvent, Attachment, TextDelta, ToolMedia
 
@@ -49,7 +50,7 @@ class Sight:
     """The agent's eyes: one per Agent, shared by its sessions."""
 
     def __init__(
-        self, llm: Any, source: ImageSource | None, describer: ImageDescriber | None = None
+        self, llm: ChatModel, source: ImageSource | None, describer: ImageDescriber | None = None
     ) -> None:
         self.llm = llm  # the chat role: LLMClient or RoleLLM (``can_see(lane=...)``)
         self.source = source

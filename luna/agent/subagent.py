@@ -16,9 +16,10 @@ from typing import Any
 
 from luna.agent.calls import run_round, vet_calls
 from luna.agent.prompt import assistant_message
-from luna.llm import LLMClient
+from luna.llm.contract import ChatModel
 from luna.observe import log_event
 from luna.tools.builtin.subagents import SPAWNING
+from luna.tools.contract import ToolRunner
 
 SUBAGENT_MAX_ROUNDS = 12
 SUBAGENT_PROMPT = (
@@ -47,8 +48,8 @@ class TurnBudget:
 
 async def run_subagent(
     *,
-    llm: LLMClient,
-    registry: Any,
+    llm: ChatModel,
+    registry: ToolRunner,
     task: str,
     tool_names: list[str] | None,
     workdir: Path | None,

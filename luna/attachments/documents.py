@@ -70,7 +70,7 @@ def pdf_text(data: bytes, max_pages: int, max_chars: int = MAX_CHARS) -> Documen
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted:
             try:
-                opened = reader.decrypt("")  # many PDFs are "encrypted" with no password
+                opened: int = reader.decrypt("")  # many PDFs are "encrypted" with no password
             except (DependencyError, NotImplementedError, PyPdfError):
                 opened = 0
             if not opened:
@@ -115,11 +115,11 @@ def extract(data: bytes, mime: str, max_pages: int, max_chars: int = MAX_CHARS) 
             return DocumentText("", f"{label} not read: {e}"[:300])
         note = label + ("" if text.strip() else ", no text in it")
         return DocumentText(text, note + ("; cut at the text limit" if cut else ""), cut)
-    text = as_text(data)
-    if text is None:
+    plain = as_text(data)
+    if plain is None:
         return DocumentText("", "not a document Luna reads")
-    cut = len(text) > max_chars
-    return DocumentText(text[:max_chars], "text" + ("; cut at the text limit" if cut else ""), cut)
+    cut = len(plain) > max_chars
+    return DocumentText(plain[:max_chars], "text" + ("; cut at the text limit" if cut else ""), cut)
 
 
 async def convert(data: bytes, mime: str, max_pages: int) -> DocumentText:

@@ -165,7 +165,7 @@ class Intake:
     async def _bytes(self, upload: Upload) -> bytes:
         limit = self.caps.max_bytes
         if upload.size is not None and upload.size > limit:
-            raise AttachmentError(_too_big(upload.size, limit))
+            raise AttachmentError(too_big(upload.size, limit))
         if upload.data is not None:
             data = upload.data
         elif upload.read is not None:
@@ -173,7 +173,7 @@ class Intake:
         else:
             raise AttachmentError("no content")
         if len(data) > limit:  # read up to the cap plus a byte: its true size is unknown
-            raise AttachmentError(_too_big(len(data) if len(data) > limit + 1 else None, limit))
+            raise AttachmentError(too_big(len(data) if len(data) > limit + 1 else None, limit))
         if not data:
             raise AttachmentError("the file is empty")
         return data
@@ -216,9 +216,10 @@ class Intake:
         return f"{head}\n{wrap_untrusted(shaped, f'document {attachment.name}')}"
 
 
-def _too_big(size: int | None, limit: int) -> str:
+def too_big(size: int | None, limit: int, key: str = "attachments.max_bytes") -> str:
+    """The refusal of a file over ``limit`` (``size`` None: it is unknown how much over)."""
     known = f"{size_text(size)}; " if size is not None else ""
-    return f"too big ({known}the limit is {size_text(limit)}, attachments.max_bytes)"
+    return f"too big ({known}the limit is {size_text(limit)}, {key})"
 
 
 def _what(mime: str) -> str:

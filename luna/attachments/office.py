@@ -53,8 +53,9 @@ def _part(archive: zipfile.ZipFile, name: str) -> ET.Element:
 
 
 def _numbered(names: list[str], folder: str) -> list[str]:
-    found = [n for n in names if n.startswith(folder) and _NUMBER.search(n)]
-    return sorted(found, key=lambda n: int(_NUMBER.search(n).group(1)))  # type: ignore[union-attr]
+    numbered = [(n, _NUMBER.search(n)) for n in names if n.startswith(folder)]
+    found = [(int(m.group(1)), n) for n, m in numbered if m]
+    return [n for _, n in sorted(found)]
 
 
 def _word(archive: zipfile.ZipFile) -> Iterator[str]:

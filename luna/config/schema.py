@@ -54,7 +54,7 @@ class ServerConfig(Section):
     model: str = ""  # empty: llm.model
     api_key_env: str = ""  # the environment variable holding its key (empty: no key)
     api_key: str = Field("", repr=False)  # secret: filled from api_key_env by the loader
-    roles: list[Role] = Field(default_factory=lambda: ["chat"])
+    roles: list[Role] = Field(default_factory=lambda: list[Role](["chat"]))
 
     @field_validator("endpoint")
     @classmethod
@@ -239,7 +239,8 @@ class DiscordConfig(Section):
     reply_in_threads: bool = True
     burst_window: Annotated[float, Field(ge=0, le=60)] = 1.5
     edit_interval: Annotated[float, Field(ge=0.2, le=60)] = 1.2
-    max_attachment_bytes: Annotated[int, Field(ge=0, le=25_000_000)] = 100_000
+    # Largest file downloaded from a message (attachments.max_bytes applies too).
+    max_attachment_bytes: Annotated[int, Field(ge=0, le=25_000_000)] = 25_000_000
 
 
 MXID_PATTERN = r"@[^:\s]+:[^\s]+"

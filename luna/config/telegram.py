@@ -39,7 +39,9 @@ class TelegramConfig(Section):
     burst_window: Annotated[float, Field(ge=0, le=60)] = 1.5
     # Telegram allows about one message a second per chat and 20 a minute per group.
     edit_interval: Annotated[float, Field(ge=0.2, le=60)] = 2.0
-    max_attachment_bytes: Annotated[int, Field(ge=0, le=20_000_000)] = 100_000
+    # Largest file downloaded from a message (attachments.max_bytes applies too); 20 MB is
+    # the most a bot can download through the Bot API's getFile.
+    max_attachment_bytes: Annotated[int, Field(ge=0, le=20_000_000)] = 20_000_000
 
     @model_validator(mode="after")
     def _webhook_needs_url(self) -> TelegramConfig:

@@ -364,9 +364,10 @@ async def run_checks(
             done, pending = await asyncio.wait(
                 pending, timeout=WAITING_NOTICE_S, return_when=asyncio.FIRST_COMPLETED
             )
-            for task in sorted(done, key=list(tasks).index):
-                for r in task.result() if on_result else ():
-                    on_result(r)
+            if on_result is not None:
+                for task in sorted(done, key=list(tasks).index):
+                    for r in task.result():
+                        on_result(r)
             if not done and on_waiting:
                 waited = asyncio.get_running_loop().time() - start
                 on_waiting([tasks[t] for t in tasks if t in pending], waited)

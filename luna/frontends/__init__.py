@@ -18,10 +18,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from luna.config import Config
+
+if TYPE_CHECKING:  # types only: importing luna.frontends must stay cheap (app's start-up)
+    from luna.agent import Agent
+    from luna.attachments.intake import Intake
+    from luna.llm.contract import ChatModel
+    from luna.mcp.manager import MCPManager
+    from luna.memory import Memory
+    from luna.scheduler.service import SchedulerService
+    from luna.tools.registry import ToolRegistry
 
 MODULES = {
     "repl": "luna.frontends.repl",
@@ -32,7 +42,7 @@ MODULES = {
 }
 
 # The chat apps, and the setting that turns each on.
-CHAT_TOKENS = {
+CHAT_TOKENS: dict[str, Callable[[Config], str]] = {
     "discord": lambda cfg: cfg.discord.token,
     "telegram": lambda cfg: cfg.telegram.token,
 }
@@ -40,24 +50,27 @@ CHAT_TOKENS = {
 
 @dataclass(frozen=True)
 class Components:
-    """The running parts a front-end may use."""
+    """The running parts a front-end may use (built by ``luna.app``)."""
 
     cfg: Config
-    agent: Any
-    memory: Any
-    llm: Any
-    registry: Any
-    mcp: Any
+    agent: Agent
+    memory: Memory  # the whole facade: front-ends also browse, search and show history
+    llm: ChatModel  # the chat role
+    registry: ToolRegistry
+    mcp: MCPManager
     banner: str = ""
-    scheduler: Any = None  # luna.scheduler.service.SchedulerService, or None when disabled
-    intake: Any = None  # luna.attachments.intake.Intake: files sent with a message
+    scheduler: SchedulerService | None = None  # None when [scheduler] is disabled
+    intake: Intake | None = None  # files sent with a message; None: files are refused
 
 
 class Frontend(Protocol):
+    """What ``app`` runs: one per front-end, made by its module's ``make(parts, args)``."""
+
     name: str
 
     async def run(self, stop: asyncio.Event) -> int | None:
         """Serve until ``stop``; an exit code for the process (None: 0)."""
+        ...
 
 
 def chosen(cfg: Config, mode: str) -> list[str]:

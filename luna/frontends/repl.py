@@ -1,9 +1,10 @@
 """Terminal front-end: the same agent API the Discord bot uses.
 
 Invariants:
-- stdin is read in one daemon thread, started once, so the event loop (and other sessions, MCP
-  servers, the librarian) keeps running while the prompt waits, and never waits for a thread
-  to start (``Thread.start`` blocks until the thread runs: milliseconds on a busy box).
+- stdin is read in one daemon thread (``line_reader.py``), started once, so the event loop
+  (other sessions, MCP servers, the librarian) keeps running while the prompt waits, and never
+  waits for a thread to start (``Thread.start`` blocks until the thread runs: milliseconds on a
+  busy box).
 - Ctrl-C cancels the running turn, not the program; Ctrl-D / EOF or ``/quit`` exits with 0.
 - Piped (non-tty) stdin: one line per message, replies printed; a failed turn's error is one
   ``error: ...`` line where its reply would be (never repeated on stderr), and the exit code at
@@ -18,20 +19,19 @@ Invariants:
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import datetime as dt
-import queue
 import secrets
 import signal
 import sys
-import threading
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from luna.attachments.intake import Intake
 from luna.errors import LunaError
+from luna.frontends.line_reader import LineReader
 from luna.frontends.terminal import Palette, neutralize
 from luna.frontends.uploads import PendingFiles
 from luna.messages import (
@@ -46,6 +46,14 @@ from luna.messages import (
     clean_text,
 )
 from luna.tools.permissions import approval_text
+
+if TYPE_CHECKING:  # the running parts are handed in; only their types here
+    from luna.agent import Agent
+    from luna.config import Config
+    from luna.frontends import Components
+    from luna.memory import Memory
+    from luna.scheduler.delivery import DeliveryRouter
+    from luna.scheduler.model import Delivery
 
 HELP = """Commands:
   /help              this help
@@ -62,11 +70,11 @@ Ctrl-C cancels a running reply."""
 MEMORY_CHARS = 200  # of a memory in /memories; the full text is in `luna memory list`
 
 
-def check(cfg: Any, mode: str = "auto") -> None:
+def check(cfg: Config, mode: str = "auto") -> None:
     """The terminal needs no settings of its own."""
 
 
-def make(parts: Any, args: Any) -> Repl:
+def make(parts: Components, args: argparse.Namespace) -> Repl:
     return Repl(
         parts.agent,
         parts.memory,
@@ -112,125 +120,18 @@ def _tolerant(stream: TextIO, errors: str) -> None:
             reconfigure(errors=errors)
 
 
-def _settle(
-    future: asyncio.Future[str | None], value: str | None, error: BaseException | None
-) -> None:
-    if future.done():
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(value)
-
-
-class LineReader:
-    """Reads stdin lines in a thread; one pending read at a time (readline history on a tty)."""
-
-    def __init__(self, stream: TextIO, interactive: bool, history_file: Path | None) -> None:
-        self.stream = stream
-        self.interactive = interactive
-        self._pending: asyncio.Future[str | None] | None = None
-        self._asked: tuple[str, str] = ("", "")
-        self._requests: queue.SimpleQueue[Any] | None = None  # for the reading thread
-        self._history_file = history_file
-        if interactive:
-            with contextlib.suppress(ImportError, OSError):
-                import readline
-
-                if history_file and history_file.exists():
-                    readline.read_history_file(str(history_file))
-                readline.set_history_length(1000)
-
-    def _read(self, prompt: str) -> str | None:
-        try:
-            if self.interactive:
-                return input(prompt)
-            line = self.stream.readline()
-            return None if line == "" else line.rstrip("\n")
-        except EOFError:
-            return None
-
-    async def read(
-        self,
-        prompt: str = "",
-        *,
-        purpose: str = "message",
-        on_stale: Callable[[], None] | None = None,
-    ) -> str | None:
-        """The next line typed in answer to ``prompt``.
-
-        A line still being typed in answer to another question (an approval that timed out)
-        is never handed to this one: it is awaited and dropped, then this prompt is shown.
-        """
-        pending = self._pending
-        if pending is not None and not pending.done() and self._asked != (purpose, prompt):
-            if on_stale is not None:
-                on_stale()
-            await asyncio.shield(pending)
-            self._pending = None
-        future = self._pending
-        if future is None or future.done():
-            future = self._pending = self._start(prompt, purpose)
-        return await asyncio.shield(future)
-
-    def _start(self, prompt: str, purpose: str) -> asyncio.Future[str | None]:
-        """Ask the reading thread for one line; the future it returns gets the line."""
-        self._asked = (purpose, prompt)
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[str | None] = loop.create_future()
-        if self._requests is None:
-            self._requests = queue.SimpleQueue()
-            # A daemon thread, not the default executor: a read blocked on the terminal must
-            # never keep the process alive at shutdown.
-            args = (self._requests,)
-            threading.Thread(target=self._serve, args=args, name="luna-stdin", daemon=True).start()
-        self._requests.put((prompt, loop, future))
-        return future
-
-    def _serve(self, requests: queue.SimpleQueue[Any]) -> None:
-        """The reading thread: one line per request, in order, handed to its loop."""
-        while True:
-            prompt, loop, future = requests.get()
-            try:
-                line, error = self._read(prompt), None
-            except BaseException as e:  # handed to the awaiting task
-                line, error = None, e
-            with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits
-                loop.call_soon_threadsafe(_settle, future, line, error)
-
-    def waiting_line(self) -> str | None:
-        """The prompt and what was typed so far while a read waits for Enter, else None."""
-        if self._pending is None or self._pending.done():
-            return None
-        typed = ""
-        if self.interactive:
-            with contextlib.suppress(ImportError):
-                import readline
-
-                typed = readline.get_line_buffer()
-        return self._asked[1] + typed
-
-    def save_history(self) -> None:
-        if self.interactive and self._history_file:
-            with contextlib.suppress(ImportError, OSError):
-                import readline
-
-                self._history_file.parent.mkdir(parents=True, exist_ok=True)
-                readline.write_history_file(str(self._history_file))
-
-
 class Repl:
     def __init__(
         self,
-        agent: Any,
-        memory: Any,
+        agent: Agent,
+        memory: Memory,
         data_dir: Path,
         *,
         session_id: str | None = None,
         stdin: TextIO | None = None,
         stdout: TextIO | None = None,
         banner: str = "",
-        deliveries: Any = None,
+        deliveries: DeliveryRouter | None = None,
         no_color: bool = False,
         intake: Intake | None = None,
     ) -> None:
@@ -246,7 +147,7 @@ class Repl:
         self.reader = LineReader(stdin, self.interactive, data_dir / "repl_history")
         self.session_id = load_session_id(data_dir, session_id)
         self.banner = banner
-        self.deliveries = deliveries  # luna.scheduler.delivery.DeliveryRouter, or None
+        self.deliveries = deliveries  # scheduled results come through it; None: no scheduler
         self._turn: asyncio.Task[None] | None = None
         self.stopping = asyncio.Event()
         self.has_failed_turn = False
@@ -348,7 +249,7 @@ class Repl:
         else:
             self.write("\n(Ctrl-D or /quit to exit)\n")
 
-    async def show_scheduled(self, delivery: Any) -> bool:
+    async def show_scheduled(self, delivery: Delivery) -> bool:
         """Print a scheduled task's result: after the reply being streamed, and above the
         line being typed, which is drawn again as it was."""
         while self._turn is not None and not self._turn.done():
@@ -472,9 +373,9 @@ class Repl:
 
     async def _memories(self, query: str) -> None:
         """One line per memory, ``[id] date text`` (the id /forget takes): those related to
-        ``query`` (see luna.memory.recall.related), or the latest."""
+        ``query`` (see luna.memory.related), or the latest."""
         if query:
-            from luna.memory.recall.related import related_memories
+            from luna.memory.related import related_memories
 
             items = await related_memories(self.memory, query, scope="owner")
             if not items:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from luna.config import Config
 from luna.hooks.prompt import render
@@ -30,8 +30,12 @@ from luna.messages import Frontend, InboundMessage, ToolStarted, TurnDone, TurnF
 from luna.observe import log_event
 from luna.scheduler.delivery import DeliveryRouter
 from luna.scheduler.execute import asked_tools, denied_note, is_silent
-from luna.scheduler.model import NewDelivery, Target
+from luna.scheduler.model import DeliveryKind, NewDelivery, Target
 from luna.tasks import finish_or_cancel
+from luna.tools.registry import ToolRegistry
+
+if TYPE_CHECKING:  # the running parts are handed in; only their types here
+    from luna.agent import Agent
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +48,8 @@ def _now() -> dt.datetime:
 
 def _frontend(target: Target) -> Frontend:
     """The front-end whose tool levels the turn gets: the one its result goes to."""
-    if target.frontend in ("discord", "telegram"):
-        return target.frontend  # type: ignore[return-value]
-    if target.frontend == "repl":
-        return "repl"
-    return "web"
+    chat: dict[str, Frontend] = {"discord": "discord", "telegram": "telegram", "repl": "repl"}
+    return chat.get(target.frontend, "web")
 
 
 class HookWorker:
@@ -57,8 +58,8 @@ class HookWorker:
     def __init__(
         self,
         cfg: Config,
-        agent: Any,
-        registry: Any,
+        agent: Agent,
+        registry: ToolRegistry,
         store: HookStore,
         router: DeliveryRouter | None,
     ) -> None:
@@ -184,7 +185,7 @@ class HookWorker:
     ) -> None:
         delivery = None
         if text is not None and target is not None:
-            kind = "result" if state == "done" else "notice"
+            kind: DeliveryKind = "result" if state == "done" else "notice"
             delivery = NewDelivery(kind, target, text, session_id=None, scope="owner")
         await asyncio.to_thread(
             self.store.finish, event.id, _now(), state=state, reply=reply, error=error,

@@ -6,10 +6,8 @@ OpenAI-compatible server and return a structured :class:`~luna.messages.LLMRespo
 Invariants:
 - Every request goes through :func:`luna.llm.wire.normalize_messages` (valid UTF-8, one system
   message, tool-call arguments that parse as JSON objects, no ``null`` content or reasoning).
-- Connection errors, HTTP 429, 502, 503 and 504 are retried with exponential backoff
-  (``llm.max_retries``, ``llm.retry_backoff``). A llama-server that answers 503 because it is
-  still loading its model is waited for (up to ``llm.timeout``) and the caller is told once.
-  A stream is only retried before it has produced anything.
+- Failures are retried by :func:`luna.llm.retrying.with_retries` (connection errors, 429,
+  502-504, a model still loading); a stream only before it has produced anything.
 - Other refusals are not retried: HTTP 400 ``exceed_context_size_error`` becomes
   ``LLMContextOverflowError`` (with the server's token counts), other 4xx and HTTP 500 become
   ``LLMRejectedError``: the same request would fail the same way.
@@ -29,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -37,28 +35,22 @@ import openai
 
 from luna.config import LLMConfig
 from luna.errors import LLMError, LLMRejectedError
-from luna.llm.failures import is_loading, is_retryable, retry_after, translate
+from luna.llm.contract import ProgressCallback, RequestRecorder, TextCallback
+from luna.llm.failures import translate
 from luna.llm.markup import StreamFilter, clean_reply
+from luna.llm.retrying import with_retries
 from luna.llm.server_info import ServerInfo
-from luna.llm.slots import SlotPlan
-from luna.llm.stream import Progress, StreamAccumulator, reasoning_of, usage_of
+from luna.llm.slots import SlotPlan, has_background_slot
+from luna.llm.stream import StreamAccumulator, reasoning_of, usage_of
 from luna.llm.transport import Utf8RepairingTransport
 from luna.llm.vision import count_images, text_of, without_images
 from luna.llm.wire import normalize_messages, sdk_kwargs, wire_body
 from luna.messages import LLMResponse, ToolCall, Usage, new_call_id
-from luna.observe import TURN_DETAIL, log_event
+from luna.observe import log_event
 
 _log = logging.getLogger(__name__)
 
-TextCallback = Callable[[str], Awaitable[None]]
-ProgressCallback = Callable[[Progress], Awaitable[None]]
-# Told the exact JSON body of each request and what came of it (the request log).
-RequestRecorder = Callable[
-    [dict[str, Any], "LLMResponse | None", "LLMError | None"], Awaitable[None]
-]
 NO_KEY = "sk-no-key-required"
-LOADING_POLL = 1.0
-WAITING_FOR_LOAD = "the LLM server is still loading its model; waiting…"
 
 
 # ---- the client ----------------------------------------------------------------------------
@@ -81,8 +73,10 @@ class LLMClient:
             base_url=self.endpoint,
             api_key=cfg.api_key or NO_KEY,
             max_retries=0,
-            timeout=self._timeout,
-            http_client=self._http,
+            # openai 3.x takes an httpx client as well as an httpx2 one (is_legacy_httpx_*
+            # in its _base_client), but its annotations name only httpx2's types.
+            timeout=self._timeout,  # type: ignore[arg-type]
+            http_client=self._http,  # type: ignore[arg-type]
         )
         self._info: ServerInfo | None = None
         self._info_checked = False
@@ -109,7 +103,7 @@ class LLMClient:
             return self._info  # unknown for now; ask again next time
         self._info_checked = True
         is_llama = isinstance(props, dict) and "default_generation_settings" in props
-        self._info = ServerInfo.from_props(props) if is_llama else None
+        self._info = ServerInfo.from_props(props) if is_llama and props else None
         return self._info
 
     @property
@@ -121,6 +115,10 @@ class LLMClient:
         """Whether this server takes images (its ``/props`` reports vision)."""
         info = await self.server_info()
         return info is not None and info.has_vision
+
+    async def leaves_sessions_alone(self) -> bool:
+        """Whether background work here runs on a slot of its own (``luna.llm.slots``)."""
+        return has_background_slot(await self.server_info(), self.cfg.pin_slots)
 
     async def render(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
@@ -171,8 +169,11 @@ class LLMClient:
         start = time.perf_counter()
         try:
             async with asyncio.timeout(self.cfg.timeout):
-                raw = await self._with_retries(
-                    lambda: self._client.chat.completions.create(**sdk_kwargs(params)), on_status
+                raw = await with_retries(
+                    lambda: self._client.chat.completions.create(**sdk_kwargs(params)),
+                    self.cfg,
+                    self._translate,
+                    on_status,
                 )
         except TimeoutError as e:
             err = self._timed_out()
@@ -296,8 +297,11 @@ class LLMClient:
         on_progress: ProgressCallback | None,
         on_status: TextCallback | None,
     ) -> None:
-        stream = await self._with_retries(
-            lambda: self._client.chat.completions.create(**sdk_kwargs(params)), on_status
+        stream = await with_retries(
+            lambda: self._client.chat.completions.create(**sdk_kwargs(params)),
+            self.cfg,
+            self._translate,
+            on_status,
         )
         try:
             async for chunk in _chunks(stream):
@@ -373,40 +377,6 @@ class LLMClient:
         _log.warning("the LLM at %s cannot see images; %d withheld", self.endpoint, images)
         log_event("llm_images_withheld", endpoint=self.endpoint, count=images)
         return without_images(messages)
-
-    async def _with_retries(
-        self, call: Callable[[], Awaitable[Any]], on_status: TextCallback | None = None
-    ) -> Any:
-        attempt = 0
-        told_loading = False
-        while True:
-            try:
-                return await call()
-            except (openai.APIError, httpx.HTTPError) as e:
-                if is_loading(e):
-                    # Bounded by the caller's llm.timeout deadline, not by max_retries: a big
-                    # model takes minutes to load.
-                    if not told_loading:
-                        told_loading = True
-                        _log.warning("LLM at %s is loading its model; waiting", self.endpoint)
-                        log_event("llm_wait", reason="loading", endpoint=self.endpoint)
-                        if on_status:
-                            await on_status(WAITING_FOR_LOAD)
-                    await asyncio.sleep(LOADING_POLL)
-                    continue
-                if attempt >= self.cfg.max_retries or not is_retryable(e):
-                    raise self._translate(e) from e
-                delay = retry_after(e) or self.cfg.retry_backoff * (2**attempt)
-                attempt += 1
-                _log.warning(
-                    "LLM call failed (%s), retry %d/%d in %.2fs",
-                    type(e).__name__,
-                    attempt,
-                    self.cfg.max_retries,
-                    delay,
-                    extra=TURN_DETAIL,
-                )
-                await asyncio.sleep(delay)
 
     def _timed_out(self) -> LLMError:
         return LLMError(

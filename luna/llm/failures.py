@@ -78,6 +78,16 @@ def is_retryable(exc: BaseException) -> bool:
     return disconnected or connect_reason(exc) is not None
 
 
+def is_stale_connection(exc: BaseException) -> bool:
+    """The server closed a kept-alive connection just as the request went out on it (the real
+    llama-server does this to about one request in fifty here): a new connection at once
+    will do, no backoff is needed. Asked only before any of the answer arrived."""
+    chain = root_causes(exc)
+    return any(isinstance(e, httpx.RemoteProtocolError) for e in chain) and not any(
+        isinstance(e, httpx.ConnectError | httpx.ConnectTimeout) for e in chain
+    )
+
+
 def retry_after(exc: BaseException) -> float | None:
     """The server's Retry-After in seconds (capped), or None."""
     if isinstance(exc, openai.APIStatusError):

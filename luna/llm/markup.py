@@ -20,6 +20,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -204,7 +205,7 @@ def extract_tool_calls(
 
     for rx in (_TOOL_BLOCK, _BARE_FUNCTION):
         quoted = _quoted_spans(text)
-        text = rx.sub(lambda m, q=quoted: take(m, q), text)
+        text = rx.sub(functools.partial(take, quoted=quoted), text)
     text = text.replace("</tool_call>", "")
     return _KEPT.sub(lambda m: kept[int(m.group(1))], text).strip(), calls
 

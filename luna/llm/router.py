@@ -19,8 +19,8 @@ Invariants:
 - Servers may differ in what they see: each client reads its own ``/props`` modalities, and
   ``can_see(lane)`` answers for the server that lane's next call goes to (a failover to a
   text-only server gets lines in place of images from its client).
-- ``leaves_sessions_alone`` says whether a background call can cost a session its KV cache:
-  never on a server no chat session uses, else as ``luna.llm.slots.has_background_slot``.
+- ``RoleLLM.leaves_sessions_alone`` says whether a background call can cost a session its KV
+  cache: never on a server no chat session uses, else as that server's client says.
 """
 
 from __future__ import annotations
@@ -34,8 +34,14 @@ from typing import Any
 from luna.config import ROLES, LLMConfig, Role
 from luna.errors import LLMContextOverflowError, LLMError, LLMRejectedError
 from luna.llm.client import LLMClient
+from luna.llm.contract import (
+    Messages,
+    ProgressCallback,
+    RequestRecorder,
+    TextCallback,
+    ToolSpecs,
+)
 from luna.llm.server_info import ServerInfo
-from luna.llm.slots import has_background_slot
 from luna.messages import LLMResponse
 from luna.observe import TURN_DETAIL, log_event
 
@@ -190,19 +196,62 @@ class RoleLLM:
         info = await self.server_info(lane=lane)
         return info is not None and info.has_vision
 
-    async def render(self, messages: list[dict[str, Any]], tools: Any = None) -> str:
+    async def leaves_sessions_alone(self) -> bool:
+        """Whether this role's background calls leave every session's KV cache alone: they
+        go to a server no chat session uses, or to a llama-server slot of their own."""
+        backend = self.router.candidates(self.role, None)[0]
+        if backend not in self.router.candidates("chat", None):
+            return True
+        return await backend.client.leaves_sessions_alone()
+
+    async def render(self, messages: Messages, tools: ToolSpecs | None = None) -> str:
         return await self.primary.render(messages, tools)
 
     async def chat(
-        self, messages: list[dict[str, Any]], tools: Any = None, **kw: Any
+        self,
+        messages: Messages,
+        tools: ToolSpecs | None = None,
+        *,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        response_format: dict[str, Any] | None = None,
+        tool_choice: str | None = None,
+        on_status: TextCallback | None = None,
+        record: RequestRecorder | None = None,
+        lane: str | None = None,
     ) -> LLMResponse:
-        return await self._routed(lambda c: c.chat(messages, tools, **kw), kw.get("lane"))
+        def call(c: LLMClient) -> Awaitable[LLMResponse]:
+            return c.chat(
+                messages,
+                tools,
+                temperature=temperature,
+                max_tokens=max_tokens,
+                response_format=response_format,
+                tool_choice=tool_choice,
+                on_status=on_status,
+                record=record,
+                lane=lane,
+            )
+
+        return await self._routed(call, lane)
 
     async def stream(
-        self, messages: list[dict[str, Any]], tools: Any = None, **kw: Any
+        self,
+        messages: Messages,
+        tools: ToolSpecs | None = None,
+        *,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        on_text: TextCallback | None = None,
+        on_reasoning: TextCallback | None = None,
+        on_progress: ProgressCallback | None = None,
+        on_status: TextCallback | None = None,
+        response_format: dict[str, Any] | None = None,
+        tool_choice: str | None = None,
+        record: RequestRecorder | None = None,
+        lane: str | None = None,
     ) -> LLMResponse:
-        shown = False
-        on_text = kw.get("on_text")
+        shown = False  # once text reached the user, a failure is not retried on another server
 
         async def seen(text: str) -> None:
             nonlocal shown
@@ -210,10 +259,23 @@ class RoleLLM:
             if on_text is not None:
                 await on_text(text)
 
-        kw = {**kw, "on_text": seen}
-        return await self._routed(
-            lambda c: c.stream(messages, tools, **kw), kw.get("lane"), lambda: shown
-        )
+        def call(c: LLMClient) -> Awaitable[LLMResponse]:
+            return c.stream(
+                messages,
+                tools,
+                temperature=temperature,
+                max_tokens=max_tokens,
+                on_text=seen,
+                on_reasoning=on_reasoning,
+                on_progress=on_progress,
+                on_status=on_status,
+                response_format=response_format,
+                tool_choice=tool_choice,
+                record=record,
+                lane=lane,
+            )
+
+        return await self._routed(call, lane, lambda: shown)
 
     async def _routed(
         self,
@@ -241,16 +303,3 @@ class RoleLLM:
 
     async def close(self) -> None:
         await self.router.close()
-
-
-async def leaves_sessions_alone(llm: LLMClient | RoleLLM) -> bool:
-    """Whether ``llm``'s next call without a lane (background work) leaves every session's KV
-    cache alone: it goes to a server no chat session uses, or to a llama-server slot of its
-    own. A one-slot server (or ``llm.pin_slots`` off) that also serves chat does not."""
-    client = llm
-    if isinstance(llm, RoleLLM):
-        backend = llm.router.candidates(llm.role, None)[0]
-        if backend not in llm.router.candidates("chat", None):
-            return True
-        client = backend.client
-    return has_background_slot(await client.server_info(), client.cfg.pin_slots)

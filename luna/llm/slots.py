@@ -14,7 +14,7 @@ Invariants:
   slot, and the log says so (``slot_evicted``): raise ``-np`` or give the server a host-memory
   prompt cache (``--cache-ram``) to keep more.
 - ``has_background_slot`` is the rule for whether background work on one server runs beside
-  the sessions' caches (``luna.llm.router.leaves_sessions_alone`` applies it to the server a
+  the sessions' caches (``ChatModel.leaves_sessions_alone`` applies it to the server a
   background call goes to; the image describer waits for quiet when it does not).
 - Pure bookkeeping, no I/O; safe on the event loop.
 """

@@ -69,8 +69,8 @@ def usage_of(raw: Any, timings: Any) -> Usage | None:
     cached = prefilled = 0
     prompt_ms = 0.0
     if isinstance(timings, dict):
-        cached = timings.get("cache_n") if isinstance(timings.get("cache_n"), int) else 0
-        prefilled = timings.get("prompt_n") if isinstance(timings.get("prompt_n"), int) else 0
+        cached = _count(timings.get("cache_n"))
+        prefilled = _count(timings.get("prompt_n"))
         ms = timings.get("prompt_ms")
         prompt_ms = float(ms) if isinstance(ms, int | float) else 0.0
     if raw is None:

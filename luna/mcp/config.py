@@ -36,6 +36,7 @@ Invariants:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -43,12 +44,15 @@ import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from luna.config import PermissionLevel
 from luna.errors import ConfigError, did_you_mean
+
+if TYPE_CHECKING:  # prelaunch imports this module early: the type only
+    from luna.tools.registry import Expose
 
 BASE_ENV_VARS = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "LOGNAME", "SHELL", "TERM", "USER")
 DEFAULT_PERMISSION: PermissionLevel = "allow"
@@ -75,7 +79,7 @@ class ServerSpec:
     headers: dict[str, str] = field(default_factory=dict)
     enabled: bool = True
     timeout: float = 60.0
-    expose: str = "direct"
+    expose: Expose = "direct"
     permission: PermissionLevel = DEFAULT_PERMISSION
     error: str | None = None
 
@@ -214,32 +218,32 @@ def _build_spec(name: str, raw: Any, environ: Mapping[str, str], call_timeout: f
         entry = _Entry.model_validate(raw)
     except ValidationError as e:
         raise ConfigError(_one_line(e)) from None
-    common = {
-        "name": name,
-        "transport": entry.chosen_transport,
-        "enabled": entry.enabled,
-        "timeout": float(entry.timeout if entry.timeout is not None else call_timeout),
-        "expose": entry.expose,
-        "permission": entry.permission,
-    }
+    common = ServerSpec(
+        name=name,
+        transport=entry.chosen_transport,
+        enabled=entry.enabled,
+        timeout=float(entry.timeout if entry.timeout is not None else call_timeout),
+        expose=entry.expose,
+        permission=entry.permission,
+    )
     if entry.chosen_transport == "http":
         url = _expand(entry.url or "", environ, "url")
         if not url.startswith(("http://", "https://")):
             raise ConfigError("http transport needs a 'url' starting with http:// or https://")
         headers = entry.headers or {}
-        return ServerSpec(
+        return dataclasses.replace(
+            common,
             url=url,
             headers={k: _expand(v, environ, f"headers.{k}") for k, v in headers.items()},
-            **common,
         )
     command = _expand(entry.command or "", environ, "command")
     cwd = _expand(entry.cwd, environ, "cwd") if entry.cwd else ""
-    return ServerSpec(
+    return dataclasses.replace(
+        common,
         command=sys.executable if command in ("python", "python3") else command,
         args=[_expand(a, environ, f"args[{i}]") for i, a in enumerate(entry.args or [])],
         env={k: _expand(v, environ, f"env.{k}") for k, v in (entry.env or {}).items()},
         cwd=Path(cwd).expanduser() if cwd else None,
-        **common,
     )
 
 

@@ -150,7 +150,10 @@ class HttpSession:
         token = f"luna-{next(self._tokens)}"
         if on_progress is not None:
             self.progress[token] = on_progress
-        call = self.session.call_tool(name, arguments, meta={"progressToken": token})
+        # The wire key is progressToken; RequestParamsMeta is an open map (PEP 728's
+        # extra_items=Any), which mypy does not read yet, so it sees an unknown key.
+        meta: types.RequestParamsMeta = {"progressToken": token}  # type: ignore[typeddict-unknown-key]
+        call = self.session.call_tool(name, arguments, meta=meta)
         try:
             return _as_dict(await self._guard(call))
         except (ConnectionLost, RemoteError) as e:
@@ -174,7 +177,9 @@ class HttpSession:
         before = len(self.watch.refused)
         token = f"luna-ping-{next(self._tokens)}"
         try:
-            await self.session.send_ping(meta={"progressToken": token})
+            # (an unknown key to mypy, as in call_tool)
+            meta: types.RequestParamsMeta = {"progressToken": token}  # type: ignore[typeddict-unknown-key]
+            await self.session.send_ping(meta=meta)
         except (SDKError, httpx2.TransportError):
             return token in self.watch.refused or len(self.watch.refused) > before
         return False

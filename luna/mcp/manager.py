@@ -117,11 +117,14 @@ class MCPManager:
             else:
                 task = asyncio.create_task(self._boot(server), name=f"mcp-boot-{spec.name}")
                 self._boots[spec.name] = task
-                task.add_done_callback(lambda _t, name=spec.name: self._boots.pop(name, None))
+                task.add_done_callback(functools.partial(self._booted, spec.name))
         if any(s.spec.enabled and not s.spec.error for s in self.servers.values()):
             ResourceReader(self.servers).register(self.registry)
         if early is not None and early.processes:  # entries filtered out by ``only``
             await asyncio.to_thread(early.stop_unclaimed)
+
+    def _booted(self, name: str, _boot: asyncio.Task[None]) -> None:
+        self._boots.pop(name, None)
 
     async def _boot(self, server: ServerConnection) -> None:
         async with server.lock:
@@ -155,7 +158,7 @@ class MCPManager:
                 to_parameters(tool.get("inputSchema")),
                 functools.partial(self._handle, qualified),
                 level=server.spec.permission,
-                expose=server.spec.expose,  # type: ignore[arg-type]
+                expose=server.spec.expose,
                 timeout=None,
             )
 
@@ -220,7 +223,7 @@ class MCPManager:
             return ToolResult(f"Unknown MCP tool '{qualified_name}'. Known: {known}", True)
         return await server.call(original, arguments, report)
 
-    # ---- the registry's provider (luna.tools.registry.ToolProvider) ------------------------
+    # ---- the registry's provider (luna.tools.contract.ToolProvider) ------------------------
 
     def owns(self, name: str) -> bool:
         return "__" in name  # every MCP tool is server__tool; no native tool name has "__"

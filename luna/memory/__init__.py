@@ -78,8 +78,9 @@ class Memory:
         self.writes = WriteGate(cfg.lock_wait, HeldMessages(datafolder.held_file(cfg.db_path)))
 
     @property
-    def embedder(self) -> Embedder:
-        """The in-process embedder (used when ``memory.embedding_process`` is false)."""
+    def embedder(self) -> Embedder | None:
+        """The in-process embedder (used when ``memory.embedding_process`` is false); None
+        with ``memory.embedding_endpoint``."""
         return self.encoder.embedder
 
     @embedder.setter

@@ -15,9 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from luna.memory.recall.search import RecallItem
+
+if TYPE_CHECKING:
+    from luna.memory import Memory
+    from luna.memory.storage.store import Store
 
 MAX_PAGE = 500
 TITLE_CHARS = 80
@@ -57,12 +61,12 @@ def _bounded(limit: int) -> int:
     return max(1, min(int(limit), MAX_PAGE))
 
 
-def _memory_rows(store: Any, where: str, params: tuple) -> list[dict[str, Any]]:
+def _memory_rows(store: Store, where: str, params: tuple) -> list[dict[str, Any]]:
     rows = store.query(f"SELECT {', '.join(MEMORY_COLUMNS)} FROM memories {where}", params)
     return [dict(zip(MEMORY_COLUMNS, r, strict=True)) for r in rows]
 
 
-def _memory_detail(store: Any, memory_id: int) -> dict[str, Any] | None:
+def _memory_detail(store: Store, memory_id: int) -> dict[str, Any] | None:
     found = _memory_rows(store, "WHERE id = ?", (memory_id,))
     if not found:
         return None
@@ -82,12 +86,12 @@ def _memory_detail(store: Any, memory_id: int) -> dict[str, Any] | None:
     return {**row, "superseded_chain": newer, "supersedes": older}
 
 
-async def memory_detail(memory: Any, memory_id: int) -> dict[str, Any] | None:
+async def memory_detail(memory: Memory, memory_id: int) -> dict[str, Any] | None:
     """A memory with its provenance, what replaced it (newest last) and what it replaced."""
     return await asyncio.to_thread(_memory_detail, memory.store, memory_id)
 
 
-def _list_sessions(store: Any, limit: int) -> list[dict[str, Any]]:
+def _list_sessions(store: Store, limit: int) -> list[dict[str, Any]]:
     rows = store.query(
         """SELECT s.id, s.scope, s.created_at,
                   (SELECT count(*) FROM messages m WHERE m.session_id = s.id),
@@ -115,7 +119,7 @@ def _list_sessions(store: Any, limit: int) -> list[dict[str, Any]]:
     return out
 
 
-async def list_sessions(memory: Any, limit: int = 100) -> list[dict[str, Any]]:
+async def list_sessions(memory: Memory, limit: int = 100) -> list[dict[str, Any]]:
     """Sessions, most recently active first, each with a count and the first user line."""
     return await asyncio.to_thread(_list_sessions, memory.store, _bounded(limit))
 
@@ -133,7 +137,9 @@ def _message_json(row: tuple) -> dict[str, Any]:
     }
 
 
-def _history_page(store: Any, session_id: str, before_id: int | None, limit: int) -> dict[str, Any]:
+def _history_page(
+    store: Store, session_id: str, before_id: int | None, limit: int
+) -> dict[str, Any]:
     before = before_id if before_id is not None else 2**63 - 1
     rows = store.query(
         """SELECT id, role, content, tool_calls, tool_call_id, name, created_at FROM messages
@@ -158,7 +164,7 @@ def _history_page(store: Any, session_id: str, before_id: int | None, limit: int
 
 
 async def history_page(
-    memory: Any, session_id: str, *, before_id: int | None = None, limit: int = 100
+    memory: Memory, session_id: str, *, before_id: int | None = None, limit: int = 100
 ) -> dict[str, Any]:
     """The ``limit`` messages before ``before_id`` (default: the newest), oldest first, with
     ``has_more`` telling whether older ones remain. Tool calls and results are included."""
@@ -167,7 +173,7 @@ async def history_page(
     )
 
 
-def _conversation_tail(store: Any, session_id: str, limit: int) -> list[tuple[str, str]]:
+def _conversation_tail(store: Store, session_id: str, limit: int) -> list[tuple[str, str]]:
     rows = store.query(
         """SELECT role, content FROM messages WHERE session_id = ?
              AND (role = 'user' OR (role = 'assistant' AND tool_calls IS NULL))
@@ -177,7 +183,7 @@ def _conversation_tail(store: Any, session_id: str, limit: int) -> list[tuple[st
     return [(role, content or "") for role, content in reversed(rows)]
 
 
-async def conversation_tail(memory: Any, session_id: str, limit: int) -> list[tuple[str, str]]:
+async def conversation_tail(memory: Memory, session_id: str, limit: int) -> list[tuple[str, str]]:
     """The last ``limit`` messages a person saw in the session, oldest first, as (role, text):
     user messages and the assistant's final replies (not its tool-calling steps)."""
     return await asyncio.to_thread(_conversation_tail, memory.store, session_id, _bounded(limit))

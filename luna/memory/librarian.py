@@ -24,11 +24,12 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import re
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from luna.config import Config
 from luna.errors import LLMError
@@ -36,6 +37,10 @@ from luna.llm.markup import strip_think
 from luna.memory.storage import session_log
 from luna.messages import LoggedMessage
 from luna.observe import log_event
+
+if TYPE_CHECKING:
+    from luna.llm.contract import ChatModel
+    from luna.memory import Memory
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +131,7 @@ def _image_lines(message: LoggedMessage, described: dict[str, str]) -> list[str]
 class Librarian:
     """Runs compaction/extraction passes in the background, one per session at a time."""
 
-    def __init__(self, memory: Any, llm: Any, cfg: Config) -> None:
+    def __init__(self, memory: Memory, llm: ChatModel, cfg: Config) -> None:
         self.memory = memory
         self.llm = llm
         self.cfg = cfg
@@ -158,7 +163,7 @@ class Librarian:
             name=f"librarian-{session_id}",
         )
         self._running[session_id] = task
-        task.add_done_callback(lambda t, sid=session_id: self._done(sid, t))
+        task.add_done_callback(functools.partial(self._done, session_id))
         return True
 
     def _done(self, session_id: str, task: asyncio.Task[None]) -> None:

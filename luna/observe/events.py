@@ -118,6 +118,10 @@ def hide_turn_details(record: logging.LogRecord) -> bool:
     return not getattr(record, "is_turn_detail", False)
 
 
+class _ConsoleHandler(logging.StreamHandler):
+    """Luna's console handler: the one ``setup`` replaces when called again."""
+
+
 def setup(
     log_dir: Path | None,
     *,
@@ -133,14 +137,13 @@ def setup(
     _event_log = EventLog(log_dir, secrets) if log_dir is not None else None
     root = logging.getLogger()
     for h in list(root.handlers):
-        if getattr(h, "_luna", False):
+        if isinstance(h, _ConsoleHandler):
             root.removeHandler(h)
     if console:
-        handler = logging.StreamHandler(stream or sys.stderr)
+        handler = _ConsoleHandler(stream or sys.stderr)
         handler.setFormatter(
             _ScrubbingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s", secrets or [])
         )
-        handler._luna = True  # type: ignore[attr-defined]
         root.addHandler(handler)
     root.setLevel(level.upper())
     # Third-party chatter stays at WARNING unless we debug.

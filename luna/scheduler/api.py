@@ -16,6 +16,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import builtins  # `list` in an annotation inside Schedules is its method
 import contextlib
 import re
 from collections.abc import AsyncIterator, Callable
@@ -186,7 +187,7 @@ class Schedules:
         self._changed()
         return await self.get(task_id, who)
 
-    async def runs(self, task_id: int, who: Requester, *, limit: int = 20) -> list[Run]:
+    async def runs(self, task_id: int, who: Requester, *, limit: int = 20) -> builtins.list[Run]:
         await self.get(task_id, who)
         return await asyncio.to_thread(self.store.runs, task_id, limit)
 

@@ -21,8 +21,8 @@ from luna.config import Config
 from luna.errors import NoSuchTaskError, ScheduleError
 from luna.ids import id_argument
 from luna.messages import clean_text, neutralize, terminal_json
-from luna.scheduler.api import open_schedules, owner_target, task_json, task_line
-from luna.scheduler.model import Requester, TaskRequest
+from luna.scheduler.api import open_schedules, task_json, task_line
+from luna.scheduler.model import Requester, Task, TaskRequest, owner_target
 
 
 def add_parser(subparsers: Any) -> None:
@@ -73,7 +73,7 @@ async def _schedules(cfg: Config) -> AsyncIterator[Any]:
         raise ScheduleError(f"there is no task #{e.task_id} (see `luna schedule list`)") from None
 
 
-def _print_task(task: Any, as_json: bool, verb: str = "") -> None:
+def _print_task(task: Task, as_json: bool, verb: str = "") -> None:
     if as_json:
         print(terminal_json(task_json(task)))
     else:

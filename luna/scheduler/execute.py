@@ -18,17 +18,27 @@ import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from luna.config import Config
-from luna.messages import InboundMessage, ToolStarted, TurnDone, TurnFailed
+from luna.messages import Frontend, InboundMessage, ToolStarted, TurnDone, TurnFailed
 from luna.scheduler import rights
 from luna.scheduler.model import OWNER, Task
 from luna.scheduler.timing import describe
+from luna.tools.registry import ToolRegistry
+
+if TYPE_CHECKING:  # the agent runs the turn; only its type here
+    from luna.agent import Agent
 
 log = logging.getLogger(__name__)
 
-PERMISSION_FRONTENDS = ("repl", "discord", "telegram", "web")
+# The front-ends with tool levels of their own, by name (a task's target is stored as text).
+PERMISSION_FRONTENDS: dict[str, Frontend] = {
+    "repl": "repl",
+    "discord": "discord",
+    "telegram": "telegram",
+    "web": "web",
+}
 HEARTBEAT_FILE_CHARS = 20_000
 SILENT = {"", "nothing to report", "heartbeat ok", "heartbeat_ok"}
 _NOT_WORDS = re.compile(r"[^\w ]+")
@@ -73,7 +83,7 @@ def denied_note(denied: tuple[str, ...], run: str) -> str:
     )
 
 
-def asked_tools(registry: Any, names: list[str], frontend: str) -> tuple[str, ...]:
+def asked_tools(registry: ToolRegistry, names: list[str], frontend: str) -> tuple[str, ...]:
     """The tools among ``names`` at level ``ask`` on ``frontend``: in a run nobody can
     approve, each of them was denied."""
     out = []
@@ -87,14 +97,13 @@ def asked_tools(registry: Any, names: list[str], frontend: str) -> tuple[str, ..
 class TurnExecutor:
     """Runs a task's prompt through the agent and reports what happened."""
 
-    def __init__(self, cfg: Config, agent: Any, registry: Any) -> None:
+    def __init__(self, cfg: Config, agent: Agent, registry: ToolRegistry) -> None:
         self.cfg = cfg
         self.agent = agent
         self.registry = registry
 
-    def frontend_of(self, task: Task) -> str:
-        front = task.target.frontend
-        return front if front in PERMISSION_FRONTENDS else "repl"
+    def frontend_of(self, task: Task) -> Frontend:
+        return PERMISSION_FRONTENDS.get(task.target.frontend, "repl")
 
     async def prompt_text(self, task: Task) -> str:
         if task.kind == "heartbeat":
@@ -118,7 +127,7 @@ class TurnExecutor:
         msg = InboundMessage(
             session_id=session_of(task),
             text=await self.prompt_text(task),
-            frontend=frontend,  # type: ignore[arg-type]
+            frontend=frontend,
             user_id=task.creator if task.creator != OWNER else "owner",
             scope=task.scope,
             allow_tools=True,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,7 +42,7 @@ from luna.scheduler.execute import (
     result_text,
     session_of,
 )
-from luna.scheduler.model import NewDelivery, Run, Task
+from luna.scheduler.model import DeliveryKind, NewDelivery, Run, Task
 from luna.scheduler.store import TaskStore
 from luna.scheduler.timing import count_runs_between, describe, local_text, next_run
 
@@ -101,7 +102,7 @@ class Runner:
                 self._run(task, run_id), name=f"scheduled-{task.id}"
             )
             self._turns[task.id] = turn
-            turn.add_done_callback(lambda _t, tid=task.id: self._turns.pop(tid, None))
+            turn.add_done_callback(functools.partial(self._turn_ended, task.id))
         if report.fired or report.missed or report.broken:
             self.router.kick()
         if report.fired or report.started or report.missed:
@@ -113,6 +114,9 @@ class Runner:
                 broken=report.broken,
             )
         return report
+
+    def _turn_ended(self, task_id: int, _turn: asyncio.Task[None]) -> None:
+        self._turns.pop(task_id, None)
 
     def claim_due(self, now: dt.datetime, room: int) -> TickReport:
         """Blocking: fire due reminders, claim up to ``room`` prompts, mark late ones missed."""
@@ -198,10 +202,16 @@ class Runner:
         self._deliver(conn, task, now, "notice", text, run_id)
 
     def _deliver(
-        self, conn: Any, task: Task, now: dt.datetime, kind: str, text: str, run_id: int | None
+        self,
+        conn: Any,
+        task: Task,
+        now: dt.datetime,
+        kind: DeliveryKind,
+        text: str,
+        run_id: int | None,
     ) -> None:
         session = task.origin_session if task.kind != "heartbeat" else None
-        d = NewDelivery(kind, task.target, text, session, task.scope, task.id, run_id)  # type: ignore[arg-type]
+        d = NewDelivery(kind, task.target, text, session, task.scope, task.id, run_id)
         self.store.add_delivery(conn, d, now)
 
     # ---- prompt turns -----------------------------------------------------------------

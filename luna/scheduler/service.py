@@ -27,20 +27,25 @@ import fcntl
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from luna.config import Config
 from luna.observe import log_event
-from luna.scheduler.api import Schedules, owner_target
+from luna.scheduler.api import Schedules
 from luna.scheduler.clock import Clock, SystemClock
 from luna.scheduler.delivery import DeliveryRouter
 from luna.scheduler.execute import TurnExecutor
 from luna.scheduler.heartbeat import check_heartbeat, heartbeat_schedule
-from luna.scheduler.model import OWNER, Schedule
-from luna.scheduler.runner import Runner
+from luna.scheduler.model import OWNER, Schedule, owner_target
+from luna.scheduler.runner import Runner, TickReport
 from luna.scheduler.store import TaskStore
 from luna.scheduler.timing import next_run
 from luna.scheduler.tool_port import ToolPort
+from luna.tools.registry import ToolRegistry
+
+if TYPE_CHECKING:  # built before the scheduler and handed in; only their types here
+    from luna.agent import Agent
+    from luna.memory import Memory
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +90,12 @@ class SchedulerService:
     """The scheduler of one Luna process (see the module invariants)."""
 
     def __init__(
-        self, cfg: Config, memory: Any, agent: Any, registry: Any, clock: Clock | None = None
+        self,
+        cfg: Config,
+        memory: Memory,
+        agent: Agent,
+        registry: ToolRegistry,
+        clock: Clock | None = None,
     ) -> None:
         self.cfg = cfg
         self.clock = clock or SystemClock()
@@ -126,7 +136,7 @@ class SchedulerService:
     def wake(self) -> None:
         self._wake.set()
 
-    async def tick_once(self, *, settle: bool = True) -> Any:
+    async def tick_once(self, *, settle: bool = True) -> TickReport | None:
         """One pass of the loop without its sleep (tests, benchmarks): take the lease if
         free, fire what is due, let the turns it started finish (``settle``), deliver."""
         report = None

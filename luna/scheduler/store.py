@@ -100,7 +100,7 @@ class TaskStore:
                     to_db(now),
                 ),
             )
-            task_id = int(cur.lastrowid)
+            task_id = db.inserted_id(cur)
         task = self.get(task_id)
         if task is None:  # pragma: no cover - just written
             raise db.OperationalError("task vanished after insert")
@@ -227,7 +227,7 @@ class TaskStore:
             (task.id, to_db(due), to_db(now), finished, task.attempt, status, session_id,
              output, error),
         )  # fmt: skip
-        return int(cur.lastrowid)
+        return db.inserted_id(cur)
 
     @staticmethod
     def end_run(
@@ -253,7 +253,7 @@ class TaskStore:
             (d.task_id, d.run_id, d.kind, d.target.frontend, d.target.dumps(), d.session_id,
              d.scope, d.text, to_db(now)),
         )  # fmt: skip
-        return int(cur.lastrowid)
+        return db.inserted_id(cur)
 
     def running(self) -> list[tuple[Run, Task]]:
         """Runs marked running, with their tasks (after a crash: the interrupted ones)."""

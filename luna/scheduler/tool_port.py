@@ -16,12 +16,13 @@ from typing import Any
 
 from luna.scheduler.api import Schedules, task_line
 from luna.scheduler.model import Requester, Target, TaskRequest
+from luna.tools.registry import ToolContext
 
 ADDRESSED = ("repl", "discord", "telegram", "web")
 
 
-def requester_of(ctx: Any) -> Requester:
-    """The person behind a tool call (a ``luna.tools.registry.ToolContext``)."""
+def requester_of(ctx: ToolContext) -> Requester:
+    """The person behind a tool call."""
     target = None
     if ctx.frontend in ADDRESSED and (ctx.frontend in ("repl", "web") or ctx.address):
         target = Target(ctx.frontend, dict(ctx.address or {}))
@@ -34,14 +35,14 @@ class ToolPort:
     def __init__(self, api: Schedules) -> None:
         self.api = api
 
-    async def schedule(self, ctx: Any, request: dict[str, Any]) -> str:
+    async def schedule(self, ctx: ToolContext, request: dict[str, Any]) -> str:
         task = await self.api.add(TaskRequest(**request), requester_of(ctx))
         return f"Scheduled {task_line(task)}"
 
-    async def list(self, ctx: Any, *, include_finished: bool) -> str:
+    async def list(self, ctx: ToolContext, *, include_finished: bool) -> str:
         tasks = await self.api.list(requester_of(ctx), include_finished=include_finished, limit=50)
         return "\n".join(task_line(t) for t in tasks) if tasks else "No scheduled tasks."
 
-    async def cancel(self, ctx: Any, task_id: int) -> str:
+    async def cancel(self, ctx: ToolContext, task_id: int) -> str:
         task = await self.api.cancel(task_id, requester_of(ctx))
         return f"Cancelled {task_line(task)}"

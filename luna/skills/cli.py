@@ -24,7 +24,7 @@ from luna.skills.folder import Skill, read_body, read_skill
 from luna.skills.library import Catalog, SkillLibrary
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "skills",
         help="list, install and manage skills (Agent Skills folders that teach Luna a job)",

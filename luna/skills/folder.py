@@ -24,6 +24,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from skills_ref.errors import ParseError
 from skills_ref.parser import find_skill_md, parse_frontmatter
@@ -152,7 +153,7 @@ def _from_front_matter(
     )
 
 
-def _fix(meta: dict, folder: Path) -> str:
+def _fix(meta: dict[str, Any], folder: Path) -> str:
     """How to fix the first kind of problem the oracle reports, from the fields themselves."""
     name, description = meta.get("name"), meta.get("description")
     extra = sorted(set(meta) - FIELDS)
@@ -204,7 +205,8 @@ def check_relative(skill: Skill, raw: str) -> Path:
 
 def read_body(skill: Skill) -> str:
     """The Markdown instructions after the front matter (read now: they may have changed)."""
-    return parse_frontmatter(skill.skill_md.read_text(encoding="utf-8"))[1]
+    body: str = parse_frontmatter(skill.skill_md.read_text(encoding="utf-8"))[1]  # untyped lib
+    return body
 
 
 def current_body(skill: Skill) -> str | Problem:

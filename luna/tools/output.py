@@ -30,10 +30,13 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from luna.config import Config
 from luna.tools.untrusted import wrap_untrusted
+
+if TYPE_CHECKING:  # the model is only called here, never imported
+    from luna.llm.contract import ChatModel
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +226,7 @@ def prune_outputs(cfg: Config, now: float | None = None) -> int:
     return removed
 
 
-async def _llm_extract(llm: Any, text: str, user_request: str, tool: str, budget: int) -> str:
+async def _llm_extract(llm: ChatModel, text: str, user_request: str, tool: str, budget: int) -> str:
     excerpt = head_tail(text, LLM_INPUT_CHARS)
     messages = [
         {
@@ -252,7 +255,7 @@ async def _llm_extract(llm: Any, text: str, user_request: str, tool: str, budget
 
 
 async def shape_output(
-    text: str, *, tool: str, user_request: str, cfg: Config, llm: Any = None
+    text: str, *, tool: str, user_request: str, cfg: Config, llm: ChatModel | None = None
 ) -> str:
     """Pass small outputs through; save, filter or extract large ones (see module docstring)."""
     budget = cfg.tools.passthrough_bytes

@@ -48,7 +48,7 @@ def resolve_level(
         "web": cfg.web_permissions,
     }
     level = per_frontend.get(frontend, {}).get(tool, level)
-    return level if level in PERMISSION_LEVELS else "ask"  # type: ignore[return-value]
+    return level if level in PERMISSION_LEVELS else "ask"
 
 
 APPROVAL_TEXT_LIMIT = 100_000  # past this (a huge write_file), the rest is counted, not shown

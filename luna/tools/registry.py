@@ -30,7 +30,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 import jsonschema
 
@@ -38,19 +38,23 @@ from luna import observe
 from luna.config import Config, PermissionLevel, secret_values
 from luna.errors import ToolError, did_you_mean
 from luna.messages import Approver, Frontend, ToolCall, ToolResult
+from luna.tools.contract import SchedulerPort, ToolProvider
 from luna.tools.output import shape_output
 from luna.tools.permissions import resolve_level
 from luna.tools.sandbox import NOT_CHECKED, SandboxStatus
 from luna.tools.schema import schema_from_function
 from luna.tools.untrusted import wrap_untrusted
 
-if TYPE_CHECKING:  # the library is made by tools.builtin.skills; only its type here
+if TYPE_CHECKING:  # only their types here (the library is made by tools.builtin.skills)
+    from luna.llm.contract import ChatModel
     from luna.skills.library import SkillLibrary
 
 log = logging.getLogger(__name__)
 
 SubAgentRunner = Callable[[str, "list[str] | None", "Path | None"], Awaitable[str]]
 Handler = Callable[[dict[str, Any], "ToolContext"], Awaitable["ToolResult | str"]]
+# A native tool: an async function whose parameters are its JSON schema (and maybe ``ctx``).
+ToolFn = TypeVar("ToolFn", bound=Callable[..., Awaitable["ToolResult | str"]])
 Expose = Literal["direct", "catalog"]
 
 DEFAULT_TOOL_TIMEOUT = 300.0
@@ -65,7 +69,7 @@ class ToolContext:
     frontend: Frontend
     user_request: str  # the user's text, for large-output keyword filtering
     approver: Approver | None  # asks the owner; None => 'ask' tools are denied
-    llm: Any  # LLMClient | None
+    llm: ChatModel | None  # for tools' own model calls (extraction); None: none
     run_subagent: SubAgentRunner | None  # async (task, tool_names, workdir) -> str
     depth: int = 0  # sub-agents have depth 1 and cannot spawn more
     workdir: Path | None = None  # a sub-agent's folder: bash and relative paths start there
@@ -77,24 +81,6 @@ class ToolContext:
     narrowed_by: str = ""  # the skill whose allowed-tools narrowed allowed_tools this turn
     # Shows a line about a long call's progress (a Status of kind "progress"); None: nowhere.
     on_progress: Callable[[str], None] | None = None
-
-
-class ToolProvider(Protocol):
-    """A source of tools that come and go while Luna runs (the MCP manager)."""
-
-    def owns(self, name: str) -> bool:
-        """Whether ``name`` is in this provider's namespace, registered or not."""
-        ...
-
-    async def settle(self) -> list[str]:
-        """Wait (each source within its own bound) for tools still arriving; one line per
-        source that is left out, for the user and the log."""
-        ...
-
-    async def revive(self, name: str) -> str | None:
-        """For an unregistered ``name`` this provider owns: bring its source back if it can.
-        None when ``name`` is registered now, else the line the model reads."""
-        ...
 
 
 @dataclass
@@ -121,20 +107,6 @@ class ToolInfo:
         }
 
 
-class SchedulerPort(Protocol):
-    """The scheduler as the schedule tools reach it (``luna.scheduler.tool_port.ToolPort``).
-
-    Each call acts for the person in ``ctx`` and answers with one line for the model; a
-    refusal raises ``ScheduleError`` with that line.
-    """
-
-    async def schedule(self, ctx: ToolContext, request: dict[str, Any]) -> str: ...
-
-    async def list(self, ctx: ToolContext, *, include_finished: bool) -> str: ...
-
-    async def cancel(self, ctx: ToolContext, task_id: int) -> str: ...
-
-
 class ToolRegistry:
     """Holds native and MCP tools; validates, permits, runs and shapes every call."""
 
@@ -157,27 +129,51 @@ class ToolRegistry:
 
     # ---- registration -----------------------------------------------------------------
 
+    @overload
     def tool(
         self,
-        fn: Callable[..., Awaitable[Any]] | None = None,
+        fn: ToolFn,
         *,
         name: str | None = None,
         level: PermissionLevel = "allow",
         expose: Expose = "direct",
         timeout: float | None = DEFAULT_TOOL_TIMEOUT,
         guest: bool = False,
-    ) -> Any:
+    ) -> ToolFn: ...
+
+    @overload
+    def tool(
+        self,
+        fn: None = None,
+        *,
+        name: str | None = None,
+        level: PermissionLevel = "allow",
+        expose: Expose = "direct",
+        timeout: float | None = DEFAULT_TOOL_TIMEOUT,
+        guest: bool = False,
+    ) -> Callable[[ToolFn], ToolFn]: ...
+
+    def tool(
+        self,
+        fn: ToolFn | None = None,
+        *,
+        name: str | None = None,
+        level: PermissionLevel = "allow",
+        expose: Expose = "direct",
+        timeout: float | None = DEFAULT_TOOL_TIMEOUT,
+        guest: bool = False,
+    ) -> ToolFn | Callable[[ToolFn], ToolFn]:
         """Decorator: register an async function; a parameter named ``ctx`` gets the context.
 
         ``guest=True`` offers the tool even in turns without tool rights (a stranger's), where
         it is the only kind that may run; it must check ``ctx.user_id`` itself.
         """
 
-        def wrap(f: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        def wrap(f: ToolFn) -> ToolFn:
             description, parameters = schema_from_function(f)
             wants_ctx = "ctx" in inspect.signature(f).parameters
 
-            async def handler(arguments: dict[str, Any], ctx: ToolContext) -> Any:
+            async def handler(arguments: dict[str, Any], ctx: ToolContext) -> ToolResult | str:
                 if wants_ctx:
                     return await f(ctx=ctx, **arguments)
                 return await f(**arguments)

@@ -84,6 +84,7 @@ class FakeTelegram:
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.messages: dict[int, BotMessage] = {}  # by message id (one counter for all chats)
         self.files: dict[str, tuple[str, bytes]] = {}  # file_id -> (file_path, bytes)
+        self.downloads: list[str] = []  # every file path fetched from the file URL
         self.blocked: set[int] = set()
         self.webhook: dict[str, Any] = {"url": ""}
         self.webhook_errors: list[str] = []
@@ -300,6 +301,7 @@ class FakeTelegram:
 
     async def _file(self, request: web.Request) -> web.Response:
         path = request.match_info["path"]
+        self.downloads.append(path)
         for file_path, data in self.files.values():
             if file_path == path:
                 return web.Response(body=data)

@@ -10,7 +10,8 @@ from typing import TextIO
 
 import pytest
 
-from luna.frontends.repl import LineReader, new_session_id
+from luna.frontends.line_reader import LineReader
+from luna.frontends.repl import new_session_id
 
 
 async def test_reader_drops_a_line_typed_for_an_expired_question() -> None:

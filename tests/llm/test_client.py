@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import socket
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -558,11 +559,14 @@ async def test_llm_connection_reset_names_the_cause(luna_config: Callable[..., C
 
 @pytest.mark.parametrize("streamed", [True, False])
 async def test_llm_retries_a_connection_closed_before_any_answer(
-    client: LLMClient, llm_server: FakeLLMServer, streamed: bool
+    client: LLMClient, llm_server: FakeLLMServer, streamed: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A kept-alive connection the server closed just as the request went out (the real
     llama-server did this once mid-turn in CI): nothing was answered, so it is sent again."""
     llm_server.script(Reply(drop=True), Reply(content="hello"))
-    resp = await (client.stream(USER) if streamed else client.chat(USER))
+    with caplog.at_level(logging.WARNING, logger="luna.llm.retrying"):
+        resp = await (client.stream(USER) if streamed else client.chat(USER))
     assert resp.content == "hello"
     assert len(llm_server.requests) == 2
+    (retry,) = [r for r in caplog.records if "retry" in r.getMessage()]
+    assert retry.getMessage().endswith("in 0.00s")  # a fresh connection needs no backoff

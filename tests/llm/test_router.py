@@ -16,7 +16,7 @@ import pytest
 from luna import observe
 from luna.agent import Agent
 from luna.config import Config, build_config
-from luna.llm.router import LLMRouter, leaves_sessions_alone
+from luna.llm.router import LLMRouter
 from luna.llm.vision import IMAGE_WITHHELD
 from luna.memory import Memory
 from luna.memory.librarian import Librarian
@@ -98,10 +98,10 @@ async def test_router_background_work_leaves_sessions_alone_on_a_server_of_its_o
         shared = LLMRouter.from_config(servers_config(tmp_path, [big]).llm)
         pinned = LLMRouter.from_config(servers_config(tmp_path, [big]).llm)
         try:
-            assert await leaves_sessions_alone(apart.view("background"))
-            assert not await leaves_sessions_alone(shared.view("background"))
+            assert await apart.view("background").leaves_sessions_alone()
+            assert not await shared.view("background").leaves_sessions_alone()
             llm_server.total_slots = 2  # pinned: the last slot is background work's
-            assert await leaves_sessions_alone(pinned.view("background"))
+            assert await pinned.view("background").leaves_sessions_alone()
         finally:
             for router in (apart, shared, pinned):
                 await router.close()

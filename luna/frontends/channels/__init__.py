@@ -14,7 +14,8 @@ typing, approval prompts, where a scheduled result goes) become its app's calls,
 - ``sending``   rate limits waited out (``retry_after``), too-long messages halved
 - ``split``     long replies cut at the app's limit with code fences kept balanced
 - ``approval``  owner approvals: the prompt, who counts, the timeout
-- ``files``     files as text (until the attachments intake lands)
+- ``files``     files as uploads for the attachments intake (caps, failed downloads)
+- ``download``  a file fetched over HTTP, never past a cap (the adapters' readers)
 - ``delivery``  scheduled results sent to where they were asked for
 - ``cursor``    an app's read position and its acknowledged, unanswered turns, in the database
 """

@@ -2,14 +2,17 @@
 
 Job: :class:`Channel` takes the adapter's :class:`InboundEvent` s (:meth:`Channel.receive`),
 decides who is heard (``access``), drops replays, merges bursts and runs one turn per session
-at a time (``pipeline``), then runs each turn: the files as text, a typing indicator, the
-approver, ``Agent.run_turn``, and the streamed reply (``stream``).
+at a time (``pipeline``), then runs each turn: the burst's files through the attachments
+intake (``files``), a typing indicator, the approver, ``Agent.run_turn``, and the streamed
+reply (``stream``).
 
 Invariants:
 - Nothing raised while handling one message stops the app: adapter errors are logged; a
   crashed turn shows the user one short line and logs the traceback; CancelledError
   propagates.
 - Strangers (when allowed at all) get no tools and no approver.
+- A burst's files go with its one turn, as the message's attachments; a file the intake
+  refuses is one line to the model (in the text) and one to the user (a notice).
 - :class:`Receipts`, when given, hears of every event's fate: ``dropped`` (never a turn),
   ``stored`` (the turn's user message is committed: the app may acknowledge it) and
   ``answered`` (its reply was written). A replay of an event already admitted is none of
@@ -24,15 +27,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from luna.attachments.intake import Intake
 from luna.errors import LunaError
 from luna.frontends.channels.access import Access, Speaker, is_heard
 from luna.frontends.channels.approval import Approvals, ChannelApprover
 from luna.frontends.channels.contract import ChannelAdapter, InboundEvent
-from luna.frontends.channels.files import VOICE_NOTICE, files_as_text, has_voice
+from luna.frontends.channels.files import VOICE_NOTICE, has_voice, refusal_notice, uploads_of
 from luna.frontends.channels.pipeline import Batch, Incoming, SessionPipeline
 from luna.frontends.channels.sending import LIVE_PATIENCE, attempt, send_text
 from luna.frontends.channels.stream import ReplyStream, short_line
-from luna.messages import InboundMessage
+from luna.messages import Attachment, InboundMessage
 from luna.observe import log_event
 
 if TYPE_CHECKING:
@@ -48,7 +52,7 @@ class ChannelSettings:
     """What the layer needs from an app's config section (and ``tools``)."""
 
     burst_window: float
-    max_attachment_bytes: int
+    max_attachment_bytes: int  # the app's own cap; the intake's applies too (the smaller wins)
     approval_timeout: float
 
 
@@ -80,12 +84,15 @@ class Channel:
         access: Access,
         settings: ChannelSettings,
         receipts: Receipts | None = None,
+        *,
+        intake: Intake,
     ) -> None:
         self.app = app
         self.agent = agent
         self.access = access
         self.settings = settings
         self.receipts = receipts
+        self.intake = intake
         self.approvals = Approvals(access)
         self.pipeline = SessionPipeline(self.run_batch, burst_window=settings.burst_window)
 
@@ -143,39 +150,10 @@ class Channel:
         was committed by a process that died before answering it."""
         first = events[0]
         conversation = first.conversation
-        files = [f for e in events for f in e.files]
-        if has_voice(files):
-            await send_text(self.app, conversation, VOICE_NOTICE, "notice")
-        text = "\n".join(e.text for e in events if e.text)
-        attached = await files_as_text(files, self.settings.max_attachment_bytes)
-        if attached:
-            text = f"{text}\n\n{attached}" if text else attached
-        approver = None
-        if speaker.allow_tools:
-            approver = ChannelApprover(
-                self.app, conversation, self.approvals, self.settings.approval_timeout
-            )
-        receipts = self.receipts
-
-        async def on_stored(message_id: int) -> None:
-            if receipts is not None:
-                await receipts.stored(events, message_id)
-
-        inbound = InboundMessage(
-            session_id=first.session_id,
-            text=text,
-            frontend=self.app.name,
-            user_id=speaker.user_id,
-            scope=speaker.scope,
-            allow_tools=speaker.allow_tools,
-            approver=approver,
-            address=dict(first.address) or None,
-            on_stored=on_stored,
-            stored_id=stored_id,
-        )
         stream = ReplyStream(self.app, conversation)
         typing = asyncio.get_running_loop().create_task(self.keep_typing(conversation))
-        try:
+        try:  # typing shows from the first download on
+            inbound = await self.inbound(events, speaker, stored_id)
             async for event in self.agent.run_turn(inbound):
                 await stream.feed(event)
         except LunaError as e:
@@ -188,8 +166,50 @@ class Channel:
             typing.cancel()
             await asyncio.gather(typing, return_exceptions=True)
         await stream.finish()
-        if receipts is not None:  # what could be sent was: a resumed turn would fail alike
-            await receipts.answered(events)
+        if self.receipts is not None:  # what could be sent was: a resumed turn would fail alike
+            await self.receipts.answered(events)
+
+    async def inbound(
+        self, events: Sequence[InboundEvent], speaker: Speaker, stored_id: int | None
+    ) -> InboundMessage:
+        """The agent's message for a burst: its texts, and its files taken by the intake."""
+        first = events[0]
+        conversation = first.conversation
+        files = [f for e in events for f in e.files]
+        if has_voice(files):
+            await send_text(self.app, conversation, VOICE_NOTICE, "notice")
+        text = "\n".join(e.text for e in events if e.text)
+        attachments: tuple[Attachment, ...] = ()
+        if files:
+            uploads = uploads_of(files, self.app.name, self.settings.max_attachment_bytes)
+            got = await self.intake.take_all(uploads, text)
+            text, attachments = got.message_text(text), tuple(got.attachments)
+            if got.refusals:
+                await send_text(self.app, conversation, refusal_notice(got.refusals), "notice")
+        approver = None
+        if speaker.allow_tools:
+            approver = ChannelApprover(
+                self.app, conversation, self.approvals, self.settings.approval_timeout
+            )
+        receipts = self.receipts
+
+        async def on_stored(message_id: int) -> None:
+            if receipts is not None:
+                await receipts.stored(events, message_id)
+
+        return InboundMessage(
+            session_id=first.session_id,
+            text=text,
+            frontend=self.app.name,
+            user_id=speaker.user_id,
+            scope=speaker.scope,
+            allow_tools=speaker.allow_tools,
+            approver=approver,
+            address=dict(first.address) or None,
+            attachments=attachments,
+            on_stored=on_stored,
+            stored_id=stored_id,
+        )
 
     def _log_failure(self, session_id: str, error: Exception, what: str) -> None:
         log.exception("%s: %s in %s", self.app.name, what, session_id)

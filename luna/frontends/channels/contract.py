@@ -57,15 +57,23 @@ class UnreachableError(ChannelError):
 
 @dataclass(frozen=True)
 class IncomingFile:
-    """A file that came with a message, not yet downloaded (until the attachments intake
-    lands on main, the layer turns these into text: see :mod:`~luna.frontends.channels.files`).
+    """A file that came with a message, not yet downloaded: the layer hands it to the
+    attachments intake (:mod:`~luna.frontends.channels.files`), which reads it only within
+    its caps.
+
+    ``read_capped(limit)`` downloads at most ``limit + 1`` bytes (more than ``limit`` means the
+    file is bigger; the rest is never fetched). An adapter whose app can stream a download
+    gives it; without it the layer calls ``read`` only when the announced ``size`` fits, and
+    a file that announced none is read whole before it is judged. Both raise ChannelError
+    (or TimeoutError) and nothing else.
     """
 
     name: str
     size: int  # bytes, as the app announced them (0 when it did not say)
     declared_mime: str | None
-    read: Callable[[], Awaitable[bytes]]  # downloads it; raises ChannelError
+    read: Callable[[], Awaitable[bytes]]  # downloads it whole
     kind: str = "document"  # "photo", "voice", "document": what the app called it
+    read_capped: Callable[[int], Awaitable[bytes]] | None = None
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from typing import Any
 import discord
 
 from luna.frontends.channels.contract import ApprovalRequest, Destination, IncomingFile, Sent
+from luna.frontends.channels.download import fetch_capped
 from luna.frontends.discord.calls import call
 from luna.frontends.discord.delivery import destination
 from luna.messages import Frontend
@@ -31,12 +32,17 @@ DENY = "❌"
 
 
 def incoming_file(att: discord.Attachment) -> IncomingFile:
-    """A Discord attachment for the layer (downloaded only when read)."""
+    """A Discord attachment for the layer (downloaded only when read: whole through
+    discord.py, or from its CDN URL up to a cap)."""
 
     async def read() -> bytes:
         return await call(att.read())
 
-    return IncomingFile(att.filename, att.size, att.content_type, read)
+    async def read_capped(limit: int) -> bytes:
+        return await fetch_capped(att.url, limit)
+
+    kind = "voice" if att.is_voice_message() else "document"
+    return IncomingFile(att.filename, att.size, att.content_type, read, kind, read_capped)
 
 
 class DiscordAdapter:

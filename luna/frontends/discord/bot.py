@@ -42,6 +42,7 @@ from luna.observe import log_event
 
 if TYPE_CHECKING:
     from luna.agent import Agent
+    from luna.attachments.intake import Intake
     from luna.memory import Memory
 
 log = logging.getLogger(__name__)
@@ -103,9 +104,8 @@ class DiscordFrontend:
 
 
 def make(parts: Any, args: Any) -> DiscordFrontend:
-    bot = LunaBot(
-        parts.cfg, parts.agent, parts.memory, deliveries=getattr(parts.scheduler, "router", None)
-    )
+    deliveries = getattr(parts.scheduler, "router", None)
+    bot = LunaBot(parts.cfg, parts.agent, parts.memory, parts.intake, deliveries=deliveries)
     return DiscordFrontend(bot, parts.cfg.discord.token, parts.cfg.agent.shutdown_grace)
 
 
@@ -113,7 +113,7 @@ class LunaBot(discord.Client):
     """The Discord client. ``await bot.start(token)`` runs it; ``await bot.close()`` stops it."""
 
     def __init__(
-        self, cfg: Config, agent: Agent, memory: Memory, *, deliveries: Any = None
+        self, cfg: Config, agent: Agent, memory: Memory, intake: Intake, *, deliveries: Any = None
     ) -> None:
         super().__init__(intents=make_intents())
         self.cfg = cfg
@@ -126,7 +126,7 @@ class LunaBot(discord.Client):
             max_attachment_bytes=cfg.discord.max_attachment_bytes,
             approval_timeout=cfg.tools.approval_timeout,
         )
-        self.channel = Channel(self.adapter, agent, access_of(cfg.discord), settings)
+        self.channel = Channel(self.adapter, agent, access_of(cfg.discord), settings, intake=intake)
         self.deliveries = deliveries  # luna.scheduler.delivery.DeliveryRouter, or None
 
     # ---- Discord events ----------------------------------------------------------------
@@ -182,7 +182,7 @@ class LunaBot(discord.Client):
             is_dm=message.guild is None,
             guild_id=message.guild.id if message.guild else None,
             channel_id=channel.id,
-            thread_parent_id=channel.parent_id if is_thread else None,
+            thread_parent_id=channel.parent_id if isinstance(channel, discord.Thread) else None,
             mentions_bot=mentioned,
             known_thread=known,
         )

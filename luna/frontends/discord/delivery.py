@@ -47,11 +47,11 @@ async def _dm(client: discord.Client, user_id: int) -> discord.abc.Messageable |
 
 async def _channel(client: discord.Client, channel_id: int) -> discord.abc.Messageable | None:
     channel = client.get_channel(channel_id)
-    if channel is not None:
-        return channel  # type: ignore[return-value]
+    if isinstance(channel, discord.abc.Messageable):  # cached (a category takes no messages)
+        return channel
     try:
-        fetched: Any = await call(client.fetch_channel(channel_id))
-        return fetched
+        fetched = await call(client.fetch_channel(channel_id))
+        return fetched if isinstance(fetched, discord.abc.Messageable) else None
     except (MessageGoneError, UnreachableError):
         return None
 

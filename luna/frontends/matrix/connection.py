@@ -32,7 +32,14 @@ from mautrix.client import Client
 from mautrix.crypto import OlmMachine
 from mautrix.crypto.store.asyncpg import PgCryptoStateStore, PgCryptoStore
 from mautrix.errors import MatrixConnectionError, MatrixInvalidToken, MatrixRequestError, MForbidden
-from mautrix.types import DeviceID, LoginType, MatrixUserIdentifier, TrustState, UserID
+from mautrix.types import (
+    DeviceID,
+    LoginType,
+    MatrixUserIdentifier,
+    TrustState,
+    UserID,
+    UserIdentifier,
+)
 from mautrix.util.async_db import Database
 
 from luna import datafolder
@@ -99,12 +106,14 @@ async def _login(client: Client, cfg: MatrixConfig, stored: DeviceID | None) -> 
                 f"(data folder, matrix/{CRYPTO_DB}) belong to device {stored}; use a token of "
                 f"device {stored}, or MATRIX_PASSWORD (Luna then logs that device in again)"
             )
+        if who.device_id is None:  # Luna's end-to-end keys belong to a device
+            raise ConfigError("MATRIX_ACCESS_TOKEN has no device; use MATRIX_PASSWORD instead")
         client.mxid, client.device_id = who.user_id, who.device_id
         return
     if not cfg.user_id:
         raise ConfigError("matrix.user_id must be set to log in with MATRIX_PASSWORD")
     await client.login(
-        identifier=MatrixUserIdentifier(UserID(cfg.user_id)),
+        identifier=UserIdentifier(MatrixUserIdentifier(UserID(cfg.user_id))),
         login_type=LoginType.PASSWORD,
         password=cfg.password,
         device_name=cfg.device_name,

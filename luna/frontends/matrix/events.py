@@ -79,7 +79,8 @@ def _mentions(content: dict[str, Any], bot_id: str) -> bool:
 
 
 def _file(content: dict[str, Any]) -> MatrixFile | None:
-    info = content.get("info") if isinstance(content.get("info"), dict) else {}
+    raw_info = content.get("info")
+    info: dict[str, Any] = raw_info if isinstance(raw_info, dict) else {}
     encrypted = content.get("file") if isinstance(content.get("file"), dict) else None
     url = (encrypted or {}).get("url") if encrypted else content.get("url")
     if not isinstance(url, str) or not url.startswith("mxc://"):

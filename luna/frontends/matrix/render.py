@@ -50,10 +50,13 @@ _md.add_render_rule("s_close", _render_strike_close)
 
 def to_html(markdown: str) -> str:
     """Sanitized Matrix HTML for ``markdown`` (see the module invariants)."""
-    return _md.render(markdown).strip()
+    html: str = _md.render(markdown)
+    return html.strip()
 
 
-def message(markdown: str, *, thread_root: str | None = None, reply_to: str | None = None) -> dict:
+def message(
+    markdown: str, *, thread_root: str | None = None, reply_to: str | None = None
+) -> dict[str, Any]:
     """A new ``m.text`` message; in ``thread_root``'s thread, or replying to ``reply_to``."""
     content: dict[str, Any] = {
         "msgtype": "m.text",
@@ -74,14 +77,16 @@ def message(markdown: str, *, thread_root: str | None = None, reply_to: str | No
     return content
 
 
-def notice(text: str, *, thread_root: str | None = None, reply_to: str | None = None) -> dict:
+def notice(
+    text: str, *, thread_root: str | None = None, reply_to: str | None = None
+) -> dict[str, Any]:
     """A one-line ``m.notice`` (status, errors, approval prompts): bots' own messages."""
     content = message(text, thread_root=thread_root, reply_to=reply_to)
     content["msgtype"] = "m.notice"
     return content
 
 
-def edit(original_event_id: str, markdown: str, *, msgtype: str = "m.text") -> dict:
+def edit(original_event_id: str, markdown: str, *, msgtype: str = "m.text") -> dict[str, Any]:
     """An ``m.replace`` edit of ``original_event_id`` to ``markdown``."""
     html = to_html(markdown)
     new = {"msgtype": msgtype, "body": markdown, "format": HTML_FORMAT, "formatted_body": html}
@@ -95,7 +100,7 @@ def edit(original_event_id: str, markdown: str, *, msgtype: str = "m.text") -> d
     }
 
 
-def reaction(event_id: str, key: str) -> dict:
+def reaction(event_id: str, key: str) -> dict[str, Any]:
     return {"m.relates_to": {"rel_type": "m.annotation", "event_id": event_id, "key": key}}
 
 

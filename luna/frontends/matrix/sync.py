@@ -31,7 +31,7 @@ from typing import Any
 
 from mautrix.client import InternalEventType
 from mautrix.errors import DecryptionError, MatrixInvalidToken, MatrixRequestError, SessionNotFound
-from mautrix.types import EncryptedEvent, TrustState
+from mautrix.types import JSON, EncryptedEvent, SyncToken, TrustState
 
 from luna.errors import MatrixError
 from luna.frontends.matrix.connection import Connection
@@ -103,7 +103,10 @@ class SyncLoop:
             while not stop.is_set():
                 try:
                     data = await asyncio.wait_for(
-                        self.conn.client.sync(since=token, timeout=POLL_MS if token else 0),
+                        self.conn.client.sync(
+                            since=SyncToken(token) if token is not None else None,
+                            timeout=POLL_MS if token else 0,
+                        ),
                         POLL_MS / 1000 + self.request_timeout,
                     )
                 except MatrixInvalidToken as e:
@@ -132,7 +135,7 @@ class SyncLoop:
 
     async def handle(self, data: dict[str, Any], *, is_first: bool) -> None:
         """Keys and state, invites, then (unless this is the first sync) new messages."""
-        await asyncio.gather(*self.conn.client.handle_sync(data))
+        await asyncio.gather(*self.conn.client.handle_sync(JSON(data)))
         await self.conn.client.run_internal_event(InternalEventType.SYNC_SUCCESSFUL, data=data)
         rooms = data.get("rooms") or {}
         for room_id, room in (rooms.get("invite") or {}).items():
@@ -160,7 +163,7 @@ class SyncLoop:
             await self._hand_over(raw)
             return
         try:
-            event = EncryptedEvent.deserialize(raw)
+            event = EncryptedEvent.deserialize(JSON(raw))
         except Exception:  # malformed wire data: drop it, say so
             log_event("matrix_undecryptable", event_id=str(raw.get("event_id")), why="malformed")
             return

@@ -46,6 +46,7 @@ from luna.observe import log_event
 
 if TYPE_CHECKING:
     from luna.agent import Agent
+    from luna.attachments.intake import Intake
     from luna.memory import Memory
 
 log = logging.getLogger(__name__)
@@ -96,10 +97,13 @@ class TelegramFrontend:
 
     name = "telegram"
 
-    def __init__(self, cfg: Config, agent: Agent, memory: Memory, deliveries: Any) -> None:
+    def __init__(
+        self, cfg: Config, agent: Agent, memory: Memory, intake: Intake, deliveries: Any
+    ) -> None:
         self.cfg = cfg
         self.agent = agent
         self.memory = memory
+        self.intake = intake
         self.deliveries = deliveries  # luna.scheduler.delivery.DeliveryRouter, or None
         self.bot = make_bot(cfg)
         self.adapter = TelegramAdapter(self.bot, edit_interval=cfg.telegram.edit_interval)
@@ -122,7 +126,7 @@ class TelegramFrontend:
                 approval_timeout=self.cfg.tools.approval_timeout,
             )
             self.channel = Channel(self.adapter, self.agent, access_of(self.cfg), settings,
-                                   receipts)  # fmt: skip
+                                   receipts, intake=self.intake)  # fmt: skip
             log.info("telegram: logged in as @%s (%s), %s", me.username, me.id,
                      self.cfg.telegram.mode)  # fmt: skip
             log_event("telegram_ready", user_id=str(me.id), mode=self.cfg.telegram.mode)
@@ -239,6 +243,5 @@ class TelegramFrontend:
 
 
 def make(parts: Any, args: Any) -> TelegramFrontend:
-    return TelegramFrontend(
-        parts.cfg, parts.agent, parts.memory, getattr(parts.scheduler, "router", None)
-    )
+    deliveries = getattr(parts.scheduler, "router", None)
+    return TelegramFrontend(parts.cfg, parts.agent, parts.memory, parts.intake, deliveries)

@@ -10,7 +10,8 @@ Invariants:
 - In a group Luna is addressed by an ``@username`` mention of her, a ``text_mention`` of her
   id, or a reply to one of her messages (not a topic's opening message); the mention is
   removed from the text. Groups outside ``telegram.allowed_chats`` (when set) are never heard.
-- Files are described, not downloaded: each is read only when the layer asks (``getFile``).
+- Files are described, not downloaded: each is read only when the layer asks (``getFile``,
+  then the file URL, streamed no further than the layer's cap).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from typing import Any
 
 from telegram import Bot, Message, MessageEntity
 
-from luna.frontends.channels.contract import InboundEvent, IncomingFile
+from luna.frontends.channels.contract import ChannelError, InboundEvent, IncomingFile
+from luna.frontends.channels.download import fetch_capped
 from luna.frontends.telegram.calls import call
 from luna.frontends.telegram.conversation import Chat, session_of
 
@@ -70,15 +72,20 @@ def _files(bot: Bot, message: Message) -> tuple[IncomingFile, ...]:
         found.append((a.file_id, a.file_name or "audio", a.file_size or 0, a.mime_type,
                       "document"))  # fmt: skip
 
-    def reader(file_id: str) -> Any:
+    def incoming(file_id: str, name: str, size: int, mime: str | None, kind: str) -> IncomingFile:
         async def read() -> bytes:
             file = await call(bot.get_file(file_id))
             return bytes(await call(file.download_as_bytearray()))
 
-        return read
+        async def read_capped(limit: int) -> bytes:
+            file = await call(bot.get_file(file_id))
+            if not file.file_path:
+                raise ChannelError("Telegram gave no file path")
+            return await fetch_capped(file.file_path, limit)
 
-    return tuple(IncomingFile(name, size, mime, reader(fid), kind)
-                 for fid, name, size, mime, kind in found)  # fmt: skip
+        return IncomingFile(name, size, mime, read, kind, read_capped)
+
+    return tuple(incoming(*found_file) for found_file in found)
 
 
 def event_of(
@@ -115,7 +122,8 @@ def event_of(
 
 
 def event_json(event: InboundEvent) -> dict[str, Any]:
-    """What a restarted Luna needs of an event to answer it (files are in the stored text)."""
+    """What a restarted Luna needs of an event to answer it (its files were stored with the
+    turn's message: the resumed turn reads them from there)."""
     chat: Chat = event.conversation
     return {
         "update_id": event.message_id,

@@ -20,11 +20,12 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
-from luna.config import default_config_path, effective_items, load_config
+from luna.config import Config, default_config_path, effective_items, load_config
 from luna.config.cli import set_value
 from luna.doctor.checks import CHECKS, run_checks
 from luna.errors import ConfigError
@@ -50,12 +51,11 @@ async def list_tools(request: web.Request) -> web.Response:
     """``GET /api/tools``: every registered tool with its permission level on the web."""
     registry = state(request).registry
     tools = []
-    for name in registry.names():
-        info = registry.get(name)
+    for info in registry.tools():
         description = (info.description or "").strip().splitlines()
         tools.append(
             {
-                "name": name,
+                "name": info.name,
                 "description": description[0] if description else "",
                 "level": registry.level_for(info, "web"),
                 "expose": info.expose,
@@ -111,11 +111,11 @@ async def doctor(request: web.Request) -> web.Response:
 # ---- settings ----------------------------------------------------------------------------
 
 
-def _config_path(cfg: Any) -> Any:
+def _config_path(cfg: Config) -> Path:
     return cfg.path or default_config_path()
 
 
-def _rows(cfg: Any) -> list[dict[str, Any]]:
+def _rows(cfg: Config) -> list[dict[str, Any]]:
     return [{"key": k, "value": v, "source": s} for k, v, s in effective_items(cfg)]
 
 

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from luna.config.secrets import HOW_TO_MAKE_WEB_TOKEN, web_token_problem
 from luna.frontends.web.inputs import ApiError, error, json_body
@@ -178,9 +179,7 @@ def _is_public(request: web.Request) -> bool:
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def guard_middleware(
-    guard: Guard,
-) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
+def guard_middleware(guard: Guard) -> Middleware:
     """The middleware enforcing the module's invariants."""
 
     @web.middleware

@@ -87,7 +87,8 @@ async def _read_part(part: BodyPartReader, limit: int) -> bytes:
 async def form_uploads(reader: MultipartReader, cfg: Config) -> tuple[str, list[Upload]]:
     """(text, uploads) of a ``multipart/form-data`` message: a ``text`` field and ``file``
     parts, in the order sent."""
-    text, uploads = "", []
+    text = ""
+    uploads: list[Upload] = []
     cap = cfg.attachments.max_bytes
     while (part := await reader.next()) is not None:
         if not isinstance(part, BodyPartReader):

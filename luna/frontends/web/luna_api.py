@@ -102,9 +102,10 @@ async def post_message(request: web.Request) -> web.Response:
         text, files, refused = got.message_text(text), tuple(got.attachments), got.refusals
     else:
         body = await json_body(request)
-        text = body.get("text")
-        if not isinstance(text, str):
+        sent = body.get("text")
+        if not isinstance(sent, str):
             return error(400, "'text' must be a string")
+        text = sent
     try:
         turn = await st.runner.start(session, text, source="page", attachments=files)
     except TurnRefusedError as e:

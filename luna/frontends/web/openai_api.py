@@ -162,9 +162,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                 final = event
         if final is None or final["type"] == "failed":
             message = (final or {}).get("message") or "the turn ended without a reply"
-            resp = openai_error(502, message, "luna_turn_failed")
-            resp.headers.update(headers)
-            return resp
+            failed = openai_error(502, message, "luna_turn_failed")
+            failed.headers.update(headers)
+            return failed
         answer = _completion(cid, final["reply"], _usage(final), _finish_reason(final))
         return web.json_response(answer, headers=headers)
     resp = _stream_response(headers)

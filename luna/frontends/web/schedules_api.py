@@ -17,7 +17,7 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -27,12 +27,16 @@ from luna.frontends.web.inputs import ApiError, error, json_body, path_id
 from luna.frontends.web.state import state
 from luna.frontends.web.turns import valid_session_id
 from luna.scheduler.api import task_json
-from luna.scheduler.model import Requester, Target, TaskRequest
+from luna.scheduler.delivery import DeliverFn
+from luna.scheduler.model import Delivery, Requester, Target, TaskRequest
+
+if TYPE_CHECKING:  # made by app when [scheduler] is on
+    from luna.scheduler.service import SchedulerService
 
 WHEN_KEYS = ("at", "after", "cron", "every")
 
 
-def _service(request: web.Request) -> Any:
+def _service(request: web.Request) -> SchedulerService:
     scheduler = state(request).scheduler
     if scheduler is None:
         raise ApiError(404, "the scheduler is off ([scheduler] enabled = false)")
@@ -103,10 +107,10 @@ def _change(op: str) -> Callable[[web.Request], Awaitable[web.Response]]:
     return handler
 
 
-def delivery_sink(hub: EventHub) -> Callable[[Any], Awaitable[bool]]:
+def delivery_sink(hub: EventHub) -> DeliverFn:
     """The web's ``deliver`` for the scheduler's router (see the module invariants)."""
 
-    async def deliver(delivery: Any) -> bool:
+    async def deliver(delivery: Delivery) -> bool:
         if hub.subscribers == 0:
             return False
         session = delivery.target.address.get("session_id") or delivery.session_id

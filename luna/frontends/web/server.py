@@ -22,18 +22,19 @@ Invariants:
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import logging
 import sys
 from pathlib import Path
-from typing import Any
 
 from aiohttp import web
 
 from luna.config import Config
 from luna.doctor.web import exposure
 from luna.errors import ConfigError, LunaError
+from luna.frontends import Components
 from luna.frontends.web import (
     admin_api,
     hooks_api,
@@ -118,8 +119,8 @@ class WebFrontend:
 
     name = "web"
 
-    def __init__(self, parts: Any, *, announce: bool = True) -> None:
-        cfg: Config = parts.cfg
+    def __init__(self, parts: Components, *, announce: bool = True) -> None:
+        cfg = parts.cfg
         self.cfg = cfg
         self.agent = parts.agent
         self.announce = announce
@@ -221,5 +222,5 @@ class WebFrontend:
                 await asyncio.wait_for(runner.cleanup(), CLOSE_TIMEOUT_S * 2)
 
 
-def make(parts: Any, args: Any) -> WebFrontend:
+def make(parts: Components, args: argparse.Namespace) -> WebFrontend:
     return WebFrontend(parts)

@@ -13,17 +13,16 @@ sanitized Markdown path).
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from aiohttp import web
 
 from luna.frontends.web.inputs import error
 from luna.frontends.web.state import state
 from luna.skills.folder import Problem, current_body
-from luna.skills.library import Catalog, skill_json
+from luna.skills.library import Catalog, SkillLibrary, skill_json
 
 
-def _library(request: web.Request) -> Any:
+def _library(request: web.Request) -> SkillLibrary | None:
     return state(request).registry.skills
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -18,21 +18,25 @@ from luna.frontends.web.auth import Guard
 from luna.frontends.web.events import EventHub
 from luna.frontends.web.turns import TurnRunner
 
-if TYPE_CHECKING:  # it reaches the state through ``state(request)``
+if TYPE_CHECKING:  # hooks_api reaches the state through ``state(request)``; the parts are built
+    from luna.agent import Agent  # by app
     from luna.frontends.web.hooks_api import HookDoor
+    from luna.memory import Memory
+    from luna.scheduler.service import SchedulerService
+    from luna.tools.registry import ToolRegistry
 
 
 @dataclass
 class WebState:
     cfg: Config
-    agent: Any
-    memory: Any
-    registry: Any
+    agent: Agent
+    memory: Memory
+    registry: ToolRegistry
     guard: Guard
     hub: EventHub
     broker: ApprovalBroker
     runner: TurnRunner
-    scheduler: Any = None  # luna.scheduler.service.SchedulerService, or None when it is off
+    scheduler: SchedulerService | None = None  # None when [scheduler] is off
     hooks: HookDoor | None = None  # None when no [hooks.*] is configured
     intake: Intake | None = None  # files sent with a message (None: files are refused)
     doctor_lock: asyncio.Lock = field(default_factory=asyncio.Lock)

@@ -23,12 +23,16 @@ import re
 import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from luna.frontends.web.approvals import ApprovalBroker
 from luna.frontends.web.events import EventHub, event_json
 from luna.messages import Attachment, InboundMessage
 from luna.tasks import finish_or_cancel
+
+if TYPE_CHECKING:  # the running parts are handed in; only their types here
+    from luna.agent import Agent
+    from luna.memory import Memory
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +83,8 @@ class Turn:
     async def follow(self) -> AsyncIterator[dict[str, Any]]:
         """Every event of the turn from its first, then live ones, until it ends."""
         q: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
-        for event in self.events:
-            q.put_nowait(event)
+        for past in self.events:
+            q.put_nowait(past)
         if self.is_finished:
             q.put_nowait(None)
         self._followers.add(q)
@@ -102,7 +106,7 @@ class Turn:
 class TurnRunner:
     """Starts and tracks web turns; see the module docstring."""
 
-    def __init__(self, agent: Any, memory: Any, hub: EventHub, broker: ApprovalBroker) -> None:
+    def __init__(self, agent: Agent, memory: Memory, hub: EventHub, broker: ApprovalBroker) -> None:
         self.agent = agent
         self.memory = memory
         self.hub = hub

@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 from luna.errors import MemoryStoreError
 from luna.memory.embedding.encoder import Encoder
+from luna.memory.embedding.endpoint import EndpointEncoder
 from luna.memory.storage.store import Store
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ def pending_docs(store: Store, limit: int, after_id: int = 0) -> list[tuple[int,
     return [(r[0], r[3], texts.get((r[1], r[2]), "")) for r in rows]
 
 
-async def index_batch(store: Store, encoder: Encoder, limit: int) -> int:
+async def index_batch(store: Store, encoder: Encoder | EndpointEncoder, limit: int) -> int:
     """Embed up to ``limit`` docs that have no vector yet; returns how many."""
     pending = await asyncio.to_thread(pending_docs, store, limit)
     if not pending:
@@ -69,7 +70,7 @@ class Indexer:
     def __init__(
         self,
         store: Store,
-        encoder: Encoder,
+        encoder: Encoder | EndpointEncoder,
         is_enabled: Callable[[], bool],
         on_error: Callable[[MemoryStoreError], None],
     ) -> None:

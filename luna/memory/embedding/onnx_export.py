@@ -124,7 +124,7 @@ def write_export(model: Any, folder: Path) -> dict[str, Any]:
         torch.onnx.export(
             _Hidden(transformer),
             tuple(sample[n] for n in input_names),
-            buffer,
+            buffer,  # type: ignore[arg-type]  # the legacy exporter writes to a file object too
             input_names=input_names,
             output_names=["hidden"],
             dynamic_axes={**axes, "hidden": {0: "batch", 1: "tokens"}},

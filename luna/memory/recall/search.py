@@ -227,8 +227,8 @@ def _doc_vectors(store: Store, scope: str, doc_ids: list[int]) -> np.ndarray:
     """The stored (unit) vectors of ``doc_ids`` that have one, as rows of a matrix."""
     index = store.ram_index(scope)
     if index is not None:
-        got = index.vectors(doc_ids)
-        rows = [got[i] for i in doc_ids if i in got]
+        held = index.vectors(doc_ids)
+        rows = [held[i] for i in doc_ids if i in held]
     else:
         marks = ",".join("?" * len(doc_ids))
         got = store.query(f"SELECT embedding FROM docs_vec WHERE rowid IN ({marks})", doc_ids)

@@ -26,14 +26,18 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from luna.errors import DatabaseCorruptError, MemoryStoreError
 from luna.observe import log_event
 
-try:  # pragma: no branch - import shape depends on the platform
-    import pysqlite3.dbapi2 as sqlite3
-except ImportError:  # pragma: no cover - non-Linux fallback; may lack extension loading
-    import sqlite3  # type: ignore[no-redef]
+if TYPE_CHECKING:  # pysqlite3 ships no types; it is the stdlib module's C source, newer
+    import sqlite3
+else:
+    try:  # pragma: no branch - import shape depends on the platform
+        import pysqlite3.dbapi2 as sqlite3
+    except ImportError:  # pragma: no cover - non-Linux fallback; may lack extension loading
+        import sqlite3
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +115,14 @@ def damage_error(path: Path | str, exc: BaseException | str) -> DatabaseCorruptE
         f"with `luna db recover`, or go back to a backup with `luna restore FILE` (with Luna "
         f"stopped; backups are in {backups})"
     )
+
+
+def inserted_id(cur: sqlite3.Cursor) -> int:
+    """The rowid the INSERT ``cur`` ran just made (``lastrowid``, which sqlite3 leaves None
+    only when no row was inserted)."""
+    if cur.lastrowid is None:
+        raise MemoryStoreError("an INSERT made no row")
+    return cur.lastrowid
 
 
 def _load_vec(conn: Connection) -> None:

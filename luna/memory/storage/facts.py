@@ -15,6 +15,7 @@ import datetime as dt
 import logging
 from typing import Any
 
+from luna.memory.storage import db
 from luna.memory.storage.store import Store, VectorModelChangedError, now_iso
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,7 @@ def insert_memories(
                     now,
                 ),
             )
-            mem_id = int(cur.lastrowid)
+            mem_id = db.inserted_id(cur)
             doc_id = store.index_doc(
                 conn,
                 "memory",

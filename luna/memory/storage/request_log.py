@@ -28,7 +28,7 @@ from typing import Any
 
 from luna.memory.storage import db
 from luna.memory.storage.store import now_iso
-from luna.messages import clean_value
+from luna.messages import Usage, clean_value
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ class RequestLog:
         turn_id: str | None,
         body: dict[str, Any],
         reply: dict[str, Any] | None,
-        usage: Any = None,
+        usage: Usage | None = None,
         error: str | None = None,
     ) -> None:
         """Append one request (never raises: a diagnosis failure must not break a turn)."""

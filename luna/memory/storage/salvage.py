@@ -265,9 +265,9 @@ def read_file(path: Path) -> Salvage:
         if number in skip or reader.page(number)[0] != TABLE_LEAF:
             continue
         try:
-            rows = reader.leaf_rows(number)
+            leaf = reader.leaf_rows(number)
         except PageError:
             continue
-        if rows and number not in reader.overflow_pages:
-            found.orphans.append(rows)
+        if leaf and number not in reader.overflow_pages:
+            found.orphans.append(leaf)
     return found

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from luna.errors import MemoryStoreError
+from luna.memory.storage import db
 from luna.memory.storage.store import Store, now_iso
 from luna.messages import Attachment, LoggedMessage, Usage, clean_value
 
@@ -131,7 +132,7 @@ def insert_message(
             reasoning if isinstance(reasoning, str) else None,
         ),
     )
-    message_id = int(cur.lastrowid)
+    message_id = db.inserted_id(cur)
     attachments = [Attachment.from_json(a) for a in message.get("attachments") or []]
     conn.executemany(
         """INSERT INTO message_attachments

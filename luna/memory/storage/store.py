@@ -261,7 +261,7 @@ class Store(VectorModel):
             "VALUES (?, ?, ?, ?, ?, ?)",
             (kind, ref_id, scope, created_at, thread, speaker),
         )
-        doc_id = int(cur.lastrowid)
+        doc_id = db.inserted_id(cur)
         if self._doc_count is not None:
             self._doc_count += 1
         ctx = ""

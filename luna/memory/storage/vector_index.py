@@ -273,7 +273,9 @@ class VectorIndex:
                 rng = np.random.default_rng(0)
                 sample = self.mat[rng.choice(slots, min(len(slots), SKETCH_FIT_SAMPLE), False)]
             graph = graph_index.empty(sample)
-            for lo in range(0, len(slots) if graph is not None else 0, GRAPH_BUILD_CHUNK):
+            for lo in range(0, len(slots), GRAPH_BUILD_CHUNK):
+                if graph is None:  # no faiss
+                    break
                 with self.lock:
                     part = slots[lo : lo + GRAPH_BUILD_CHUNK]
                     part = part[self.ids[part] >= 0]

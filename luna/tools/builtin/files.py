@@ -246,23 +246,23 @@ def _list(policy: PathPolicy, root: Path, recursive: bool, depth: int, max_entri
         except OSError as e:
             lines.append(f"{'  ' * level}[cannot list {d.name}: {e.strerror}]")
             return
-        for e in entries:
+        for entry in entries:
             if len(lines) >= max_entries:
                 truncated = True
                 return
-            p = Path(e.path)
+            p = Path(entry.path)
             try:
                 policy.check(p.resolve(), write=False)
             except ToolError:
                 continue
-            if e.is_dir(follow_symlinks=False):
-                lines.append(f"{'  ' * level}{e.name}/")
+            if entry.is_dir(follow_symlinks=False):
+                lines.append(f"{'  ' * level}{entry.name}/")
                 if recursive and level + 1 < depth:
                     walk(p, level + 1)
             else:
-                size = e.stat(follow_symlinks=False).st_size
-                suffix = " -> symlink" if e.is_symlink() else f" ({size} bytes)"
-                lines.append(f"{'  ' * level}{e.name}{suffix}")
+                size = entry.stat(follow_symlinks=False).st_size
+                suffix = " -> symlink" if entry.is_symlink() else f" ({size} bytes)"
+                lines.append(f"{'  ' * level}{entry.name}{suffix}")
 
     walk(root, 0)
     if not lines:

@@ -18,7 +18,8 @@ from typing import Literal
 
 from luna.config import Config
 from luna.errors import ScheduleError, ToolError
-from luna.tools.registry import SchedulerPort, ToolContext, ToolRegistry
+from luna.tools.contract import SchedulerPort
+from luna.tools.registry import ToolContext, ToolRegistry
 
 
 def register(reg: ToolRegistry, cfg: Config) -> None:

@@ -106,8 +106,10 @@ async def run_command(
         verdict = read_verdict(_read_now(report_r))
     finally:
         os.close(report_r)
-    after = verdict.get("used")
-    if not isinstance(after, int):  # no verdict (killed at the timeout): measure here
+    reported = verdict.get("used")
+    if isinstance(reported, int):
+        after = reported
+    else:  # no verdict (killed at the timeout): measure here
         after = await asyncio.to_thread(disk_usage, str(workspace))
     return code, output, timed_out, limit_lines(cfg, verdict, used, after)
 

@@ -17,14 +17,14 @@ from pathlib import Path
 
 from luna.config import Config
 from luna.errors import ToolError
-from luna.tools.registry import ToolContext, ToolRegistry
+from luna.tools.registry import SubAgentRunner, ToolContext, ToolRegistry
 
 SPAWNING = frozenset({"delegate", "code_task"})
 DELEGATE_TOOLS = ["read_file", "list_directory", "web_fetch", "web_search", "summarize_paper"]
 CODE_TOOLS = ["bash", "read_file", "write_file", "list_directory"]
 
 
-def _runner(ctx: ToolContext):  # the SubAgentRunner type
+def _runner(ctx: ToolContext) -> SubAgentRunner:
     if ctx.depth >= 1:
         raise ToolError("sub-agents cannot start other sub-agents; do this step yourself")
     if ctx.run_subagent is None:

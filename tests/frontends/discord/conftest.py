@@ -20,6 +20,8 @@ import pytest
 from discord.ext.test import backend, callbacks, factories
 
 from luna.agent import Agent
+from luna.agent.image_parts import StoredImages
+from luna.attachments.intake import Intake
 from luna.config import Config
 from luna.frontends.channels.pipeline import Batch, SessionPipeline
 from luna.frontends.discord.bot import LunaBot
@@ -27,6 +29,7 @@ from luna.llm import LLMClient
 from luna.memory import Memory
 from luna.memory.embedding.embeddings import Embedder
 from luna.tools.registry import ToolRegistry
+from tests.fakes.file_host import FileHost
 from tests.fakes.tools import echo_registry
 
 OWNER_ID = 111_111_111_111_111_111
@@ -175,6 +178,14 @@ class Harness:
 
 
 @pytest.fixture
+async def cdn() -> AsyncIterator[FileHost]:
+    """A loopback stand-in for Discord's CDN, where a test's attachments are downloaded."""
+    host = await FileHost().start()
+    yield host
+    await host.stop()
+
+
+@pytest.fixture
 async def make_harness(
     luna_config: Callable[..., Config], monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[Callable[..., Any]]:
@@ -192,10 +203,15 @@ async def make_harness(
         memory = Memory(cfg.memory)
         key = (cfg.memory.embedding_model, cfg.memory.embedding_dim)
         memory.embedder = _EMBEDDERS.setdefault(key, memory.embedder)
+        # The process's first load of the model (long on a busy box) happens here, outside the
+        # time limits a test sets for its turns (as the web harness does).
+        await asyncio.to_thread(memory.embedder.load)
         await memory.open(background=False)
         llm = LLMClient(cfg.llm)
-        agent = Agent(cfg, llm, memory, tools_registry(cfg))
-        bot = LunaBot(cfg, agent, memory)
+        intake = Intake(cfg)  # files, and the images the agent shows, as the app builds them
+        images = StoredImages(intake.images.load, intake.images.save)
+        agent = Agent(cfg, llm, memory, tools_registry(cfg), images=images)
+        bot = LunaBot(cfg, agent, memory, intake)
         turns = TurnCounter()
         bot.channel.pipeline = SessionPipeline(
             turns.wrap(bot.channel.run_batch), burst_window=cfg.discord.burst_window
@@ -227,6 +243,7 @@ async def make_harness(
 
     yield make
     for bot, memory, llm in opened:
+        await bot.agent.drain(0)  # the image describer's background work stops too
         await bot.channel.aclose()
         await llm.close()
         await memory.close()

@@ -1,10 +1,9 @@
-"""Owner approvals for 'ask' tools and text attachments, through the real bot and Agent."""
+"""Owner approvals for 'ask' tools, through the real bot and Agent."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import discord.ext.test as dpytest
@@ -75,23 +74,3 @@ async def test_approval_timeout_means_deny(
     assert "launched rocket" not in result
     contents = [m["content"] for m in h.bot_messages(dm)]
     assert "-# 🔐 `launch`: ⏱️ no answer: denied" in contents
-
-
-async def test_attachment_text_is_read_into_the_message(
-    make_harness: Callable[..., Any], llm_server: FakeLLMServer, tmp_path: Path
-):
-    h = await make_harness({"max_attachment_bytes": 100})
-    notes = tmp_path / "notes.txt"
-    notes.write_text("buy milk\ncall mum\n")
-    big = tmp_path / "big.log"
-    big.write_text("x" * 500)
-    binary = tmp_path / "photo.png"
-    binary.write_bytes(b"\x89PNG....")
-    llm_server.script(Reply(content="Noted."))
-    dm = await h.dm_channel(h.owner)
-    await h.say("my files", h.owner, channel=dm, attachments=[str(notes), str(big), str(binary)])
-    await h.settle()
-    text = [m for m in llm_server.requests[0]["messages"] if m["role"] == "user"][-1]["content"]
-    assert text.startswith("my files\n\n[attachment notes.txt]\n```\nbuy milk\ncall mum\n")
-    assert "[attachment big.log: 500 bytes > 100, not read]" in text and "xxxx" not in text
-    assert "[attachment photo.png: not a text file, not read]" in text

@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 from luna.agent import Agent
+from luna.agent.image_parts import StoredImages
+from luna.attachments.intake import Intake
 from luna.config import Config
 from luna.frontends.telegram.frontend import TelegramFrontend
 from luna.llm import LLMClient
@@ -90,13 +92,15 @@ async def start_luna(
         memory = Memory(cfg.memory)
         await memory.open(background=False, use_vectors=False)  # keyword recall: no model load
         llm = LLMClient(cfg.llm)
-        agent = Agent(cfg, llm, memory, tools_registry(cfg))
+        intake = Intake(cfg)  # files, and the images the agent shows, as the app builds them
+        images = StoredImages(intake.images.load, intake.images.save)
+        agent = Agent(cfg, llm, memory, tools_registry(cfg), images=images)
         scheduler = None
         if clock is not None:  # the scheduler app builds, on a hand-moved clock
             schedule.register(agent.registry, cfg)
             scheduler = SchedulerService(cfg, memory, agent, agent.registry, clock=clock)
             agent.registry.scheduler = ToolPort(scheduler.api)
-        frontend = TelegramFrontend(cfg, agent, memory, scheduler and scheduler.router)
+        frontend = TelegramFrontend(cfg, agent, memory, intake, scheduler and scheduler.router)
         stop = asyncio.Event()
         task = asyncio.create_task(frontend.run(stop))
         await telegram.wait_for(lambda: telegram.called("getMe"), within=20)

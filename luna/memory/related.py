@@ -10,10 +10,13 @@ model to load.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from luna.memory.recall.query import query_terms
 from luna.memory.recall.search import RecallItem
+
+if TYPE_CHECKING:  # the facade calls nothing here; only its type
+    from luna.memory import Memory
 
 MIN_COSINE = 0.45  # all-MiniLM-L6-v2: paraphrases score about 0.5-0.8, unrelated text under 0.3
 MIN_PREFIX = 4
@@ -30,8 +33,10 @@ def _shares_a_word(query_words: list[str], text: str) -> bool:
     return False
 
 
-async def related_memories(memory: Any, query: str, *, scope: str, k: int = 10) -> list[RecallItem]:
-    """Up to ``k`` memories related to ``query``, best first (``memory``: a luna.memory.Memory)."""
+async def related_memories(
+    memory: Memory, query: str, *, scope: str, k: int = 10
+) -> list[RecallItem]:
+    """Up to ``k`` memories related to ``query``, best first."""
     items = await memory.recall(query, scope=scope, session_id=None, k=max(k * 3, 30))
     close: set[int] = set()
     if memory.recall_mode == "hybrid":  # the model is ready: asking it costs one encode
