@@ -112,7 +112,10 @@ class Agent:
         self.registry = registry
         self.librarian = librarian
         self.requests = requests  # what was sent, for `luna doctor cache` and `luna replay`
-        describer = ImageDescriber(self.background_llm, memory, images) if images else None
+        describer = None
+        if images is not None:
+            idle = cfg.attachments.describe_after_idle
+            describer = ImageDescriber(self.background_llm, memory, images, after_idle=idle)
         self.sight = Sight(llm, images, describer)  # images by content hash; None: lines
         self.fit = ContextFit(cfg.llm.context_tokens, cfg.llm.max_tokens)
         self.heads = SessionHeads(memory, registry)
@@ -198,6 +201,7 @@ class Agent:
             started = asyncio.get_running_loop().time()
             rounds = 0
             error: str | None = None
+            self.sight.turn_started()
             try:
                 rounds = await asyncio.wait_for(
                     self._turn(msg, emit), timeout=self.cfg.agent.turn_timeout
@@ -226,7 +230,8 @@ class Agent:
                 error = type(e).__name__
                 log.exception("turn crashed")
                 emit(TurnFailed(f"Internal error ({type(e).__name__}); details are in the log."))
-            self.sight.turn_ended()
+            finally:
+                self.sight.turn_ended()
             latency = (asyncio.get_running_loop().time() - started) * 1000
             observe.log_event(
                 "turn",

@@ -99,10 +99,14 @@ class Sight:
         await self.look(session_id, files, emit, sight)
         return [as_sent(m, sight.parts) for m in results]
 
+    def turn_started(self) -> None:
+        if self.describer is not None:
+            self.describer.turn_started()
+
     def turn_ended(self) -> None:
         """A turn is over: the images it saw may be described now (never during it)."""
         if self.describer is not None:
-            self.describer.start()
+            self.describer.turn_ended()
 
     async def aclose(self) -> None:
         if self.describer is not None:

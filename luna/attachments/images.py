@@ -5,7 +5,8 @@ repeats the earlier one byte for byte, so an image must reach the model as the s
 every request of a session, across restarts too.
 
 Invariants:
-- Opening is guarded: only PNG, JPEG, GIF, WebP and BMP are decoded; an image over
+- Opening is guarded: only PNG, JPEG, GIF, WebP and BMP are decoded (a PNG's damaged
+  ancillary chunks dropped first, as libpng does: ``luna.attachments.png_chunks``); an image over
   ``MAX_PIXELS`` (Pillow's decompression-bomb limit) is refused from its header, before any
   pixel is decoded; a file Pillow cannot decode to the end is "damaged", never half-used.
 - ``normalize`` is deterministic: the same bytes and longest side give the same output bytes.
@@ -29,6 +30,7 @@ from pathlib import Path
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from luna.attachments.png_chunks import without_damaged_ancillary_chunks
 from luna.attachments.sniff import sniff
 from luna.attachments.store import DERIVED, AttachmentStore, write_atomic
 from luna.errors import AttachmentError
@@ -72,6 +74,7 @@ class NormalizedImage:
 
 def open_image(data: bytes) -> Image.Image:
     """The image in ``data``, its header read and its size checked, no pixel decoded yet."""
+    data = without_damaged_ancillary_chunks(data)
     try:
         image = Image.open(io.BytesIO(data), formats=FORMATS)
     except Image.DecompressionBombError as e:

@@ -370,6 +370,9 @@ class AttachmentsConfig(Section):
     max_per_day: Annotated[int, Field(ge=1, le=100_000)] = 200
     image_longest_side: Annotated[int, Field(ge=64, le=8192)] = 1024
     max_pages: Annotated[int, Field(ge=1, le=100_000)] = 200
+    # Seconds without a turn before images are described on a server whose one slot holds
+    # the sessions' cache (luna.agent.describer); unused when background work has a slot.
+    describe_after_idle: Annotated[float, Field(ge=0, le=DAY)] = 300.0
 
 
 class MCPConfig(Section):

@@ -159,7 +159,9 @@ def _check_slots(props: dict[str, Any] | None, cfg: Config) -> CheckResult:
         return fail(
             "slots",
             f"{why}: sessions, sub-agents and the librarian evict each other's KV cache, so "
-            "each switch prefills a whole conversation again (bench/slots.py measures it)",
+            "each switch prefills a whole conversation again (bench/slots.py measures it); "
+            "images are described only after attachments.describe_after_idle seconds "
+            "without a turn",
             "start llama-server with -np N (one slot per conversation you run at once, plus one "
             "for background work) and a host-memory prompt cache, --cache-ram MiB; see "
             "worker-agent.service",

@@ -40,7 +40,7 @@ from luna.llm.failures import translate
 from luna.llm.markup import StreamFilter, clean_reply
 from luna.llm.retrying import with_retries
 from luna.llm.server_info import ServerInfo
-from luna.llm.slots import SlotPlan
+from luna.llm.slots import SlotPlan, has_background_slot
 from luna.llm.stream import StreamAccumulator, reasoning_of, usage_of
 from luna.llm.transport import Utf8RepairingTransport
 from luna.llm.vision import count_images, text_of, without_images
@@ -115,6 +115,10 @@ class LLMClient:
         """Whether this server takes images (its ``/props`` reports vision)."""
         info = await self.server_info()
         return info is not None and info.has_vision
+
+    async def leaves_sessions_alone(self) -> bool:
+        """Whether background work here runs on a slot of its own (``luna.llm.slots``)."""
+        return has_background_slot(await self.server_info(), self.cfg.pin_slots)
 
     async def render(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None

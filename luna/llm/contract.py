@@ -85,3 +85,8 @@ class ChatModel(Protocol):
     async def can_see(self, lane: str | None = None) -> bool:
         """Whether the server ``lane``'s next call goes to takes images."""
         ...
+
+    async def leaves_sessions_alone(self) -> bool:
+        """Whether a background call (no lane) cannot cost a session its KV cache: it goes to
+        a server no chat session uses, or to a llama-server slot of its own."""
+        ...

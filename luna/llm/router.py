@@ -19,6 +19,8 @@ Invariants:
 - Servers may differ in what they see: each client reads its own ``/props`` modalities, and
   ``can_see(lane)`` answers for the server that lane's next call goes to (a failover to a
   text-only server gets lines in place of images from its client).
+- ``RoleLLM.leaves_sessions_alone`` says whether a background call can cost a session its KV
+  cache: never on a server no chat session uses, else as that server's client says.
 """
 
 from __future__ import annotations
@@ -193,6 +195,14 @@ class RoleLLM:
         """Whether the server this lane's next call goes to takes images (``/props``)."""
         info = await self.server_info(lane=lane)
         return info is not None and info.has_vision
+
+    async def leaves_sessions_alone(self) -> bool:
+        """Whether this role's background calls leave every session's KV cache alone: they
+        go to a server no chat session uses, or to a llama-server slot of their own."""
+        backend = self.router.candidates(self.role, None)[0]
+        if backend not in self.router.candidates("chat", None):
+            return True
+        return await backend.client.leaves_sessions_alone()
 
     async def render(self, messages: Messages, tools: ToolSpecs | None = None) -> str:
         return await self.primary.render(messages, tools)

@@ -13,6 +13,9 @@ Invariants:
   When there are more active sessions than slots, the least recently used session loses its
   slot, and the log says so (``slot_evicted``): raise ``-np`` or give the server a host-memory
   prompt cache (``--cache-ram``) to keep more.
+- ``has_background_slot`` is the rule for whether background work on one server runs beside
+  the sessions' caches (``ChatModel.leaves_sessions_alone`` applies it to the server a
+  background call goes to; the image describer waits for quiet when it does not).
 - Pure bookkeeping, no I/O; safe on the event loop.
 """
 
@@ -21,9 +24,17 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 
+from luna.llm.server_info import ServerInfo
 from luna.observe import log_event
 
 log = logging.getLogger(__name__)
+
+
+def has_background_slot(info: ServerInfo | None, pin_slots: bool) -> bool:
+    """Whether background work on this llama-server gets a slot no session uses: two slots
+    or more, and ``llm.pin_slots`` on. Otherwise (one slot, pinning off, or not a
+    llama-server: unknown) a background request may take the slot a session's cache is in."""
+    return info is not None and pin_slots and (info.total_slots or 0) >= 2
 
 
 class SlotPlan:

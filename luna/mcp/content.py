@@ -9,8 +9,9 @@ Invariants:
   and whose bytes are UTF-8 decoded and shown as text; any other blob, image or sound as one
   line (``[image/png, 4 KB]``), which is all a text-only model reads.
 - Images and sounds also travel as bytes in ``ToolResult.media`` (the seam a vision model's
-  request is built from), each at most ``MAX_MEDIA_BYTES``; bad base64 is described, not
-  raised.
+  request is built from), each at most ``MAX_MEDIA_BYTES``: image and audio content, and a
+  resource blob whose MIME type is ``image/*`` or ``audio/*`` (an SVG is text, shown as
+  text); bad base64 is described, not raised.
 - A resource link says how to read it: ``read_resource`` with the server's own URI.
 - A hostile server's odd shapes are described, not trusted: every field is read as what it
   should be, or shown as missing.
@@ -80,8 +81,11 @@ def describe_parts(content: Any, server: str) -> tuple[list[str], list[ToolMedia
                 f"{READ_TOOL}(server={server!r}, uri={uri!r})]"
             )
         elif kind == "resource":
-            res = item.get("resource")
-            parts.append(_resource(res if isinstance(res, dict) else {}))
+            found = item.get("resource")
+            res: dict[str, Any] = found if isinstance(found, dict) else {}
+            parts.append(_resource(res))
+            if (blob := _blob_media(res)) is not None:
+                media.append(blob)
         else:
             parts.append(f"[{kind or 'unknown'} content]")
     return parts, media
@@ -99,6 +103,18 @@ def _resource(res: dict[str, Any]) -> str:
     if text is not None:
         return f"[resource {uri}, {mime or 'text'}]\n{text}"
     return f"[resource {uri}, {mime or 'application/octet-stream'}, {_size(len(data))}]"
+
+
+def _blob_media(res: dict[str, Any]) -> ToolMedia | None:
+    """An image or sound resource's bytes, for a model that can see (or hear) them."""
+    mime = _field(res, "mimeType").lower()
+    kind = mime.partition("/")[0]
+    if kind not in ("image", "audio") or is_text_like(mime) or "text" in res:
+        return None
+    data = _decoded(res, "blob")
+    if not data or len(data) > MAX_MEDIA_BYTES:
+        return None
+    return ToolMedia("image" if kind == "image" else "audio", mime, data)
 
 
 def is_text_like(mime: str) -> bool:

@@ -8,6 +8,7 @@ in the background, and the message is then found by what the image shows.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -42,8 +43,8 @@ async def setup(
 ) -> AsyncIterator[Callable[..., Any]]:
     opened: list[tuple[Memory, LLMClient, Agent]] = []
 
-    async def make() -> tuple[Agent, HeldImages, Memory]:
-        cfg = luna_config()
+    async def make(data: dict[str, Any] | None = None) -> tuple[Agent, HeldImages, Memory]:
+        cfg = luna_config(data)
         memory = Memory(cfg.memory)
         await memory.open(background=False)
         llm = LLMClient(cfg.llm)
@@ -148,6 +149,7 @@ async def test_images_are_described_in_the_background_and_found_by_what_they_sho
     setup: Callable[..., Any], llm_server: FakeLLMServer
 ) -> None:
     llm_server.vision = True
+    llm_server.total_slots = 2  # a slot for background work: described as the turn ends
     agent, images, memory = await setup()
     photo = images.add(PHOTO, "IMG_2291.png")
     llm_server.script(Reply(content="Sure."))
@@ -165,6 +167,31 @@ async def test_images_are_described_in_the_background_and_found_by_what_they_sho
     await _turn(agent, "again", images.add(PHOTO, "copy.png"))
     await agent.sight.describer.wait_idle()  # type: ignore[union-attr]
     assert len([r for r in llm_server.requests if r["messages"][0]["role"] == "user"]) == 1
+
+
+async def test_images_on_a_one_slot_server_are_described_only_after_quiet(
+    setup: Callable[..., Any], llm_server: FakeLLMServer
+) -> None:
+    # One slot (the fake's /props): a description would take the session's cached prompt, so
+    # it waits until no turn has run for attachments.describe_after_idle seconds.
+    llm_server.vision = True
+    agent, images, memory = await setup({"attachments": {"describe_after_idle": 0.6}})
+    photo = images.add(PHOTO, "receipt.png")
+    llm_server.default = Reply(content="A receipt.")
+    loop = asyncio.get_running_loop()
+
+    def described() -> list[dict[str, Any]]:
+        return [r for r in llm_server.requests if r["messages"][0]["role"] == "user"]
+
+    await _turn(agent, "keep this", photo)
+    await asyncio.sleep(0.4)
+    await _turn(agent, "and this?")  # within the quiet spell: it starts again
+    ended = loop.time()
+    await asyncio.sleep(0.4)
+    assert described() == [], "described while the session was still talking"
+    await agent.sight.describer.wait_idle()  # type: ignore[union-attr]
+    assert loop.time() - ended >= 0.6 and len(described()) == 1
+    assert await memory.image_descriptions([photo.sha256]) == {photo.sha256: "A receipt."}
 
 
 def test_images_reach_a_compaction_as_their_descriptions() -> None:

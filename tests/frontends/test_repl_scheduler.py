@@ -16,13 +16,15 @@ from tests.scheduler.test_scheduler_process import cli, env, wait_for
 class Terminal:
     """``python -m luna repl`` on a pseudo-terminal; ``screen`` is every byte it wrote."""
 
-    def __init__(self, tmp_path: Path, endpoint: str) -> None:
+    def __init__(
+        self, tmp_path: Path, endpoint: str, environ: dict[str, str] | None = None
+    ) -> None:
         master, slave = os.openpty()
         self.master = master
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "luna", "repl", "--no-embedded"],
             cwd=tmp_path,
-            env={**env(tmp_path, endpoint), "TERM": "xterm"},
+            env={**(environ or env(tmp_path, endpoint)), "TERM": "xterm"},
             stdin=slave,
             stdout=slave,
             stderr=slave,

@@ -85,6 +85,28 @@ async def test_router_background_calls_reach_only_their_own_server(
     assert (await memory_summary(cfg)) == "They talked."
 
 
+async def test_router_background_work_leaves_sessions_alone_on_a_server_of_its_own(
+    tmp_path: Path, llm_server: FakeLLMServer
+) -> None:
+    # One slot each (the scripted servers' /props): background work on the chat server would
+    # take a session's slot; on a server of its own it takes none.
+    with FakeLLMServer() as small:
+        big = {"name": "big", "endpoint": llm_server.url, "model": llm_server.model}
+        apart = LLMRouter.from_config(servers_config(tmp_path, [big, {
+            "name": "small", "endpoint": small.url, "model": small.model,
+            "roles": ["background"]}]).llm)  # fmt: skip
+        shared = LLMRouter.from_config(servers_config(tmp_path, [big]).llm)
+        pinned = LLMRouter.from_config(servers_config(tmp_path, [big]).llm)
+        try:
+            assert await apart.view("background").leaves_sessions_alone()
+            assert not await shared.view("background").leaves_sessions_alone()
+            llm_server.total_slots = 2  # pinned: the last slot is background work's
+            assert await pinned.view("background").leaves_sessions_alone()
+        finally:
+            for router in (apart, shared, pinned):
+                await router.close()
+
+
 async def memory_summary(cfg: Config) -> str | None:
     memory = Memory(cfg.memory)
     await memory.open(background=False)

@@ -94,7 +94,12 @@ def test_result_of_read_shows_each_content_like_an_embedded_resource() -> None:
         "[resource demo://t]\nplain\n[resource demo://b, text/markdown]\n# title\n"
         "[resource demo://i, image/png, 70 bytes]"
     )
+    # An image resource reaches a model that can see as an image, like image content.
+    assert shown.media == (ToolMedia("image", "image/png", PNG),)
     assert result_of_read({}, "ev").content == "(the resource is empty)"
+    svg = {"uri": "demo://s", "mimeType": "image/svg+xml", "blob": _b64(b"<svg/>")}
+    drawn = result_of_read({"contents": [svg]}, "ev")
+    assert drawn.content == "[resource demo://s, image/svg+xml]\n<svg/>" and drawn.media == ()
 
 
 def test_as_text_decodes_only_what_is_text() -> None:

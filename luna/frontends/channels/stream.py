@@ -3,7 +3,9 @@
 Job: :class:`ReplyStream` receives the turn's :data:`AgentEvent` s and keeps at most two live
 messages up to date through a :class:`~luna.frontends.channels.contract.ChannelAdapter`: the
 reply (edited as text streams in) and, once a tool runs, one status line (edited, never one
-message per tool). :meth:`finish` writes the final text, split at the app's ``limit``.
+message per tool) that also carries the latest progress line (a long MCP call's percentage,
+a long prefill) until the next tool starts or ends. :meth:`finish` writes the final text,
+split at the app's ``limit``.
 
 Invariants:
 - While streaming, the app is written to at most once per ``edit_interval`` seconds, and never
@@ -92,11 +94,13 @@ class ReplyStream:
         elif isinstance(event, ToolStarted):
             self._tools.append(event.name)
             self._running[event.call_id] = event.name
+            self._waiting = ""  # an earlier call's progress is not this one's
             self._status_dirty = True
             self._schedule()
         elif isinstance(event, ToolFinished):
             self._running.pop(event.call_id, None)
             self._failed += int(event.is_error)
+            self._waiting = ""
             self._status_dirty = True
             self._schedule()
         elif isinstance(event, TurnDone):
@@ -121,10 +125,11 @@ class ReplyStream:
             counts[name] = counts.get(name, 0) + 1
         used = ", ".join(f"`{n}`" + (f" ×{c}" if c > 1 else "") for n, c in counts.items())
         failed = f" ({self._failed} failed)" if self._failed else ""
+        now = f" · {self._waiting}" if self._waiting and not done else ""
         if not done and self._running:
             running = ", ".join(f"`{n}`" for n in dict.fromkeys(self._running.values()))
-            return f"{mark}🔧 running {running}… (used: {used}){failed}"[: self.limit]
-        return f"{mark}🔧 used {used}{failed}"[: self.limit]
+            return f"{mark}🔧 running {running}…{now} (used: {used}){failed}"[: self.limit]
+        return f"{mark}🔧 used {used}{failed}{now}"[: self.limit]
 
     # ---- writing -----------------------------------------------------------------------
 

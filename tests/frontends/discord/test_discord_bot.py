@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from luna.tools.registry import ToolContext
 from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.frontends.discord.conftest import FRIEND_ID, OWNER_ID, STRANGER_ID
 from tests.history import prompt_view
@@ -374,3 +376,40 @@ async def test_bot_failed_final_edit_still_delivers_the_whole_reply(
     contents = [m["content"] for m in h.bot_messages(dm)]
     assert contents[-1] == text, contents  # every edit failed: the answer came as a new message
     assert len(contents) == 2 and text.startswith(contents[0]) and contents[0] != text
+
+
+async def test_bot_status_line_shows_a_long_calls_progress(
+    make_harness: Callable[..., Any], llm_server: FakeLLMServer
+):
+    # A long call's progress (an MCP server's notifications/progress, as the agent emits it)
+    # shows in the one status line, as the REPL and the page show it.
+    from discord.ext.test import callbacks
+
+    h = await make_harness({"edit_interval": 0.2})
+
+    @h.agent.registry.tool(level="allow")
+    async def survey(*, ctx: ToolContext) -> str:
+        """Run a long survey."""
+        assert ctx.on_progress is not None
+        ctx.on_progress("survey: 50%")
+        await asyncio.sleep(1.0)  # several edit intervals: the line is shown meanwhile
+        return "surveyed"
+
+    sent: list[str] = []
+
+    async def on_send(message: Any) -> None:
+        sent.append(message.content)
+
+    callbacks.set_callback(on_send, "send_message")
+    llm_server.script(
+        Reply(tool_calls=[{"name": "survey", "arguments": "{}"}]), Reply(content="Surveyed.")
+    )
+    try:
+        dm = await h.dm_channel(h.owner)
+        await h.say("survey it", h.owner, channel=dm)
+        await h.settle()
+    finally:
+        callbacks.remove_callback("send_message")
+    shown = sent + [text for _, text in h.edits]
+    assert any("running `survey`… · survey: 50%" in text for text in shown), shown
+    assert [m["content"] for m in h.bot_messages(dm)] == ["-# 🔧 used `survey`", "Surveyed."]
