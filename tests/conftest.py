@@ -211,7 +211,9 @@ def real_llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..
         key = (template, ctx, slots, vision)
         if fresh_server or swa_full or key not in shared:
             seeing = f"-vision-{vision}" if vision else ""
-            name = f"{template}-{ctx}-{slots}{seeing}-{len(fresh)}"
+            # Numbered over every server started, shared or fresh: each has a log of its own
+            # (a test counts what its server logged).
+            name = f"{template}-{ctx}-{slots}{seeing}-{len(fresh) + len(shared)}"
             server = RealLlama(
                 model,
                 base / f"llama-{name}.log",

@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -126,7 +127,11 @@ class RealLlama:
         return f"{self.root_url}/v1"
 
     def spawn(self) -> RealLlama:
-        """Start the process without waiting for the model to load."""
+        """Start the process without waiting for the model to load. From the main thread
+        only: the death signal (PR_SET_PDEATHSIG) follows the thread that started the child,
+        so a server started in a worker thread dies when that thread ends."""
+        if threading.current_thread() is not threading.main_thread():
+            raise RuntimeError("start the real llama-server from the main thread (a fixture)")
         log = self.log_path.open("ab")
         try:
             self.proc = subprocess.Popen(

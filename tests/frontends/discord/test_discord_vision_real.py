@@ -10,6 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.fakes.attachments import photo
 from tests.fakes.file_host import FileHost
 from tests.frontends.discord.test_discord_files import send
@@ -22,10 +24,18 @@ def decoded(real: RealLlama) -> int:
     return len(IMAGE_DECODED.findall(Path(real.log_path).read_text(errors="replace")))
 
 
+@pytest.fixture
+def vision_server(real_llama: Callable[..., RealLlama]) -> RealLlama:
+    """The shared vision server, started here in the main thread: a server started from a
+    worker thread gets its death signal when that thread ends (PR_SET_PDEATHSIG follows the
+    thread), which killed it for every later test that shares it."""
+    return real_llama("luna", vision=True)
+
+
 async def test_discord_photo_is_decoded_by_the_real_vision_server(
-    make_harness: Callable[..., Any], real_llama: Callable[..., RealLlama], cdn: FileHost
+    make_harness: Callable[..., Any], vision_server: RealLlama, cdn: FileHost
 ) -> None:
-    real = await asyncio.to_thread(real_llama, "luna", vision=True)
+    real = vision_server
     # Not the harness's max_retries = 0 (meant for scripted servers): a real one gets the usual.
     llm = {"endpoint": real.url, "model": ALIAS, "max_tokens": 24, "temperature": 0.0,
            "timeout": 300.0}  # fmt: skip

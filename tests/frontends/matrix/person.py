@@ -152,25 +152,34 @@ class Person:
         )
 
     def messages_from(self, room_id: str, sender: str) -> list[dict[str, Any]]:
-        """``sender``'s messages in the room, oldest first, each with its latest edit applied."""
+        """``sender``'s messages in the room, oldest first, each with its latest edit applied
+        (an edit may be decrypted before its original: both orders count)."""
         originals: dict[str, dict[str, Any]] = {}
+        edits: list[dict[str, Any]] = []
         for e in self.events:
             if e.get("room_id") != room_id or e.get("sender") != sender:
                 continue
             if e.get("type") != "m.room.message":
                 continue
-            content = e.get("content", {})
-            rel = content.get("m.relates_to") or {}
+            rel = e.get("content", {}).get("m.relates_to") or {}
             if rel.get("rel_type") == "m.replace":
-                target = originals.get(rel.get("event_id"))
-                if target is not None:
-                    target["content"] = content["m.new_content"] | {
-                        "m.relates_to": target["content"].get("m.relates_to")
-                    }
-                    target["edits"] += 1
+                edits.append(e)
                 continue
-            originals[e["event_id"]] = {"event_id": e["event_id"], "content": content, "edits": 0}
-        return list(originals.values())
+            originals[e["event_id"]] = {
+                "event_id": e["event_id"],
+                "content": e.get("content", {}),
+                "edits": 0,
+                "ts": e.get("origin_server_ts", 0),
+            }
+        for e in sorted(edits, key=lambda e: e.get("origin_server_ts", 0)):
+            content = e["content"]
+            target = originals.get(content["m.relates_to"].get("event_id"))
+            if target is not None:
+                target["content"] = content["m.new_content"] | {
+                    "m.relates_to": target["content"].get("m.relates_to")
+                }
+                target["edits"] += 1
+        return sorted(originals.values(), key=lambda m: m["ts"])
 
     async def answer(self, room_id: str, sender: str, expected: str, count: int = 1):
         """Until ``sender``'s latest ``count`` messages end with ``expected`` as the last one's
