@@ -181,13 +181,16 @@ class Person:
                 target["edits"] += 1
         return sorted(originals.values(), key=lambda m: m["ts"])
 
-    async def answer(self, room_id: str, sender: str, expected: str, count: int = 1):
+    async def answer(
+        self, room_id: str, sender: str, expected: str, count: int = 1, *, prefix: bool = False
+    ):
         """Until ``sender``'s latest ``count`` messages end with ``expected`` as the last one's
-        final text; the messages."""
+        final text (with ``prefix``: its text so far starts with it); the messages."""
 
         def done() -> list[dict[str, Any]] | None:
             msgs = self.messages_from(room_id, sender)
-            if len(msgs) >= count and msgs[-1]["content"].get("body") == expected:
+            body = msgs[-1]["content"].get("body", "") if len(msgs) >= count else None
+            if body is not None and (body.startswith(expected) if prefix else body == expected):
                 return msgs
             return None
 

@@ -65,7 +65,14 @@ async def test_matrix_files_in_encrypted_room_arrive_decrypted(world: World) -> 
     image = png(32, 32)
     await world.owner.send_image(room, image, "cat.png", "image/png")
     await world.owner.send_file(room, notes, "notes.txt", "text/plain")
-    await world.owner.answer(room, world.bot.user_id, "nice picture and notes")
+    # The scripted model cannot see, so the reply ends with the one-time line on enabling
+    # vision, streamed as an edit: the test passed only when it looked before that edit came.
+    bot = world.bot.user_id
+    await world.owner.answer(room, bot, "nice picture and notes\n\n(The model cannot see images",
+                             prefix=True)  # fmt: skip
+    await world.owner.wait_until(
+        lambda: "--mmproj" in world.owner.messages_from(room, bot)[-1]["content"]["body"]
+    )
     assert len(world.llm_server.requests) == 1  # one burst, one turn
     sent = world.llm_server.requests[-1]["messages"][-1]["content"]
     assert "[image cat.png (image/png" in str(sent)  # through the attachments intake
