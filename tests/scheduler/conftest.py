@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 
 from luna.agent import Agent
+from luna.agent.image_parts import StoredImages
+from luna.attachments.intake import Intake
 from luna.config import Config
 from luna.llm import LLMClient
 from luna.memory import Memory
@@ -76,6 +78,7 @@ async def make_sched(
         timezone: str = "Europe/Berlin",
         start: dt.datetime = START,
         registry: Any = None,  # a ToolRegistry, or a function cfg -> ToolRegistry
+        images: bool = False,  # the attachment store behind the agent's images, as the app has
         **sections: Any,
     ) -> Sched:
         data: dict[str, Any] = {
@@ -95,7 +98,11 @@ async def make_sched(
             schedule.register(registry, cfg)
         elif callable(registry):  # a factory: registry(cfg)
             registry = registry(cfg)
-        agent = Agent(cfg, llm, memory, registry)
+        held = None
+        if images:
+            intake = Intake(cfg)
+            held = StoredImages(intake.images.load, intake.images.save)
+        agent = Agent(cfg, llm, memory, registry, images=held)
         clock = ManualClock(start)
         service = SchedulerService(cfg, memory, agent, registry, clock=clock)
         registry.scheduler = ToolPort(service.api)
