@@ -26,11 +26,12 @@ Invariants:
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from mautrix.errors import MatrixRequestError
 from mautrix.types import RoomID
@@ -56,7 +57,9 @@ from luna.observe import log_event
 if TYPE_CHECKING:
     from luna.agent import Agent
     from luna.attachments.intake import Intake
+    from luna.frontends import Components
     from luna.memory import Memory
+    from luna.scheduler.delivery import DeliveryRouter
 
 log = logging.getLogger(__name__)
 
@@ -104,8 +107,8 @@ class Receipts:
                       patience=LIVE_PATIENCE)  # fmt: skip
 
 
-def make(parts: Any, args: Any) -> MatrixFrontend:
-    deliveries = getattr(parts.scheduler, "router", None)
+def make(parts: Components, args: argparse.Namespace) -> MatrixFrontend:
+    deliveries = parts.scheduler.router if parts.scheduler is not None else None
     return MatrixFrontend(parts.cfg, parts.agent, parts.memory, parts.intake, deliveries)
 
 
@@ -113,13 +116,18 @@ class MatrixFrontend:
     name = "matrix"
 
     def __init__(
-        self, cfg: Config, agent: Agent, memory: Memory, intake: Intake, deliveries: Any = None
+        self,
+        cfg: Config,
+        agent: Agent,
+        memory: Memory,
+        intake: Intake | None,  # None: files are refused
+        deliveries: DeliveryRouter | None = None,
     ) -> None:
         self.cfg = cfg
         self.agent = agent
         self.intake = intake
         self.tokens = SyncTokens(memory.store)
-        self.deliveries = deliveries  # luna.scheduler.delivery.DeliveryRouter, or None
+        self.deliveries = deliveries
         self.access = access_of(cfg)
         self.conn: Connection | None = None
         self.outbox: Outbox | None = None
