@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
+from luna.attachments.sizes import size_text
 from luna.llm.vision import text_part
 from luna.messages import Attachment, ToolMedia
 
@@ -38,14 +39,6 @@ class ImageSource(Protocol):
     async def keep(self, media: ToolMedia, name: str) -> Attachment | None:
         """Store an image a tool returned, as ``name``; None when its bytes are no image."""
         ...
-
-
-def size_text(n: int) -> str:
-    if n < 1024:
-        return f"{n} bytes"
-    if n < 1024 * 1024:
-        return f"{n / 1024:.0f} KB"
-    return f"{n / (1024 * 1024):.1f} MB"
 
 
 def unseen_line(attachment: Attachment) -> str:

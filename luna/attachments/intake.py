@@ -32,6 +32,7 @@ from pathlib import Path, PurePath
 
 from luna.attachments.documents import LABELS, convert
 from luna.attachments.images import ImageCache, normalize
+from luna.attachments.sizes import size_text
 from luna.attachments.sniff import sniff
 from luna.attachments.store import AttachmentStore, attachments_dir, write_atomic
 from luna.config import Config
@@ -72,14 +73,6 @@ class Intaken:
         """The user's text with the files' blocks and the refusals after it."""
         lines = [f"[not taken: {r}]" for r in self.refusals]
         return "\n\n".join(part for part in (text.strip(), *self.blocks, *lines) if part)
-
-
-def size_text(n: int) -> str:
-    if n < 1024:
-        return f"{n} bytes"
-    if n < 1024 * 1024:
-        return f"{n / 1024:.0f} KB"
-    return f"{n / (1024 * 1024):.1f} MB"
 
 
 def display_name(name: str) -> str:

@@ -8,7 +8,7 @@ size and the files no message refers to are reported.
 
 from __future__ import annotations
 
-from luna.attachments.intake import size_text
+from luna.attachments.sizes import size_text
 from luna.attachments.store import AttachmentStore, attachments_dir
 from luna.config import Config
 from luna.doctor.result import CheckResult, fail, in_thread, ok, skipped

@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from luna.attachments.intake import Intake, Intaken, Upload, size_text
+from luna.attachments.intake import Intake, Intaken, Upload
+from luna.attachments.sizes import size_text
 from luna.messages import Attachment
 
 
