@@ -49,10 +49,8 @@ BASE_TABLES = (
     "hook_events",
     "message_attachments",
     "image_descriptions",
-    "matrix_sync",
     "channel_cursors",
     "channel_turns",
-    "matrix_taken",
 )
 SQLITE_HEADER = b"SQLite format 3\x00"
 REPORTED = ("messages", "memories", "sessions", "summaries", "scheduled_tasks")

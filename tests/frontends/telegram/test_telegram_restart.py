@@ -88,7 +88,8 @@ async def test_telegram_kill_between_update_and_reply_answers_exactly_once(
     last = llm_server.requests[-1]["messages"]
     assert [m["content"] for m in last if m["role"] == "user"][-1].startswith("are you there?")
     with sqlite3.connect(db) as conn:
-        assert conn.execute("SELECT count(*) FROM channel_turns").fetchone() == (0,)
+        unanswered = "SELECT count(*) FROM channel_turns WHERE answered_at IS NULL"
+        assert conn.execute(unanswered).fetchone() == (0,)
 
 
 async def test_telegram_kill_before_the_message_is_committed_gets_it_again(
