@@ -1,7 +1,7 @@
 """A Matrix turn whose user message was committed but never answered, through a real Synapse:
 Luna stops (gracefully, in-process) or is killed (SIGKILL, a real ``python -m luna``) while
 the model holds the reply, starts again on the same data folder, and answers it exactly once,
-in its encrypted room, even when the sync brings the message again."""
+in its encrypted room (and thread), even when the sync brings the message again."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from luna import observe
 from tests.conftest import Reply
 from tests.frontends.matrix.conftest import World
 from tests.frontends.matrix.test_matrix_encrypted import open_dm
+from tests.frontends.matrix.test_matrix_rooms import mention, open_group
 from tests.luna_process import data_env
 
 
@@ -168,3 +169,27 @@ async def test_matrix_kill_9_between_commit_and_reply_answers_exactly_once(
     assert [a.startswith("are you there?") for a in asked(world)] == [True, True]
     resumed = events_named(tmp_path / "data" / "logs", "channel_resume")
     assert [(e["frontend"], e["events"]) for e in resumed] == [("matrix", 1)]
+
+
+async def test_matrix_unanswered_turn_in_a_thread_is_answered_in_the_thread(world: World) -> None:
+    """In an encrypted group room, a mention in a thread: stopped while the model holds the
+    reply, answered after the restart in that thread, once."""
+    world.llm_server.script(Reply("too late", delay=60), Reply("answered in the thread"))
+    luna = await world.start_luna(agent={"shutdown_grace": 0.5})
+    room = await open_group(world)
+    root = await world.owner.say(room, "a topic for a thread")
+    relation = {"rel_type": "m.thread", "event_id": root, "is_falling_back": True,
+                "m.in_reply_to": {"event_id": root}}  # fmt: skip
+    in_thread = {"m.relates_to": relation}
+    await world.owner.say(room, "", **mention(world, "still there?"), **in_thread)
+    db = luna.frontend.cfg.memory.db_path
+    await world.owner.wait_until(lambda: world.llm_server.requests and unanswered(db) == 1)
+    await world.stop_luna()
+    await world.start_luna()
+    bot = world.bot.user_id
+    msgs = await world.owner.answer(room, bot, "answered in the thread")
+    assert len(msgs) == 1
+    assert msgs[0]["content"]["m.relates_to"]["rel_type"] == "m.thread"
+    assert msgs[0]["content"]["m.relates_to"]["event_id"] == root
+    await world.owner.wait_until(lambda: unanswered(db) == 0, within=10)
+    assert user_messages(db, "still there?") == 1
