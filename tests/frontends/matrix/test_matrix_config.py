@@ -20,6 +20,7 @@ from luna.frontends.matrix.settle import TokenKeeper
 from luna.hooks.target import hook_target, target_problem
 from luna.memory import Memory
 from luna.memory.storage.migrations import MIGRATIONS
+from luna.memory.storage.recover import recover
 from luna.memory.storage.store import Store
 from luna.scheduler.model import Target, owner_target
 from luna.scheduler.rights import role_of
@@ -153,17 +154,22 @@ async def test_matrix_ledger_resumes_unanswered_turns_and_ages_out_answered_ones
         await memory.close()
 
 
-def test_matrix_upgrade_moves_the_sync_token_and_taken_events_to_the_ledger(
-    tmp_path: Path,
-) -> None:
-    store = Store(tmp_path / "old.db")
-    before = [m for m in MIGRATIONS if m[0] != "m014_channel_turns_answered"]
-    store.migrate(before)
+def older_file(path: Path) -> Store:
+    """A database of the release before m014, with a Matrix token and a taken event."""
+    store = Store(path)
+    store.migrate([m for m in MIGRATIONS if m[0] != "m014_channel_turns_answered"])
     with store.transaction() as conn:
         conn.execute("INSERT INTO matrix_sync VALUES (?, 's42_7', '2026-12-01T00:00:00+00:00')",
                      (OWNER,))  # fmt: skip
         conn.execute("INSERT INTO matrix_taken VALUES (?, '$old', '2026-12-01T00:00:00+00:00')",
                      (OWNER,))  # fmt: skip
+    return store
+
+
+def test_matrix_upgrade_moves_the_sync_token_and_taken_events_to_the_ledger(
+    tmp_path: Path,
+) -> None:
+    store = older_file(tmp_path / "old.db")
     assert store.migrate() == ["m014_channel_turns_answered"]
     rows = store.query("SELECT channel, account, cursor FROM channel_cursors")
     assert rows == [("matrix", OWNER, "s42_7")]
@@ -172,3 +178,21 @@ def test_matrix_upgrade_moves_the_sync_token_and_taken_events_to_the_ledger(
     tables = {r[0] for r in store.query("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert not tables & {"matrix_sync", "matrix_taken"}
     store.close()
+
+
+def test_matrix_recover_of_an_older_file_keeps_the_sync_token_and_taken_events(
+    tmp_path: Path,
+) -> None:
+    """``luna db recover`` builds the current schema: an older file's Matrix rows go where
+    m014 puts them, or the next start would take the timeline since as history."""
+    older_file(tmp_path / "old.db").close()
+    recover(tmp_path / "old.db", tmp_path / "recovered.db")
+    store = Store(tmp_path / "recovered.db")
+    try:
+        assert store.migrate() == []
+        rows = store.query("SELECT channel, account, cursor FROM channel_cursors")
+        assert rows == [("matrix", OWNER, "s42_7")]
+        rows = store.query("SELECT event_id, answered_at IS NOT NULL FROM channel_turns")
+        assert rows == [("$old", 1)]
+    finally:
+        store.close()
