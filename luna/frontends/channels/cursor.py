@@ -16,7 +16,8 @@ Invariants:
   left unanswered at start is what a dead process committed and never answered. Answered
   rows are kept ``KEEP_DAYS`` (pruned when rows are added), then forgotten: an app must not
   hand over an event older than that again (Matrix: the token keeper never holds a batch
-  back that long while Luna runs).
+  back that long while Luna runs; a Luna stopped for longer with a batch held back may
+  answer an answered message of it once more).
 - Cursors are stored as text and events as the app's JSON (:class:`EventCodec`); the app
   owns their meaning. An event's files are not kept: a resumed turn reads them from its
   stored message.
