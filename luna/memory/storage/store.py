@@ -308,6 +308,13 @@ class Store(VectorModel):
             if self._doc_count is not None:
                 self._doc_count -= 1
 
+    def drop_caches(self) -> None:
+        """Forget the doc count, speakers and RAM vector mirrors (after a bulk delete)."""
+        with self.lock:
+            self._ram_index.clear()
+            self._doc_count = None
+            self._speakers.clear()
+
     def doc_count(self) -> int:
         """Searchable docs, counted once, then kept in step by this store's writes (and
         counted again after another process's)."""
