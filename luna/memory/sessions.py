@@ -178,3 +178,34 @@ def _sweep(memory: Memory, older_than: float) -> tuple[int, int]:
     removed = store.remove(old)
     log_event("memory_op", op="sweep_files", count=removed, newer=len(loose) - len(old))
     return removed, len(loose) - len(old)
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n:,} {one if n == 1 else (many or one + 's')}"
+
+
+def footprint_text(seen: Footprint) -> str:
+    """What a forget would remove, in one line (the question before it)."""
+    when = ""
+    if seen.first_at and seen.last_at:
+        when = f", {seen.first_at[:10]} to {seen.last_at[:10]}"
+    return (
+        f"session {seen.session_id}: {_count(seen.messages, 'message')}{when}, "
+        f"{_count(seen.files, 'file')}, {_count(seen.memories, 'memory', 'memories')} learned in it"
+    )
+
+
+def outcome_text(outcome: Outcome) -> str:
+    """What a forget did, in one line (plus a second when the request log was not changed)."""
+    rows = outcome.rows
+    parts = [_count(rows.messages, "message"), _count(rows.memories, "memory", "memories")]
+    if rows.summaries:
+        parts.append("its summary")
+    parts.append(f"{_count(outcome.files_removed, 'file')} removed")
+    if outcome.files_kept:
+        parts.append(f"{_count(outcome.files_kept, 'file')} kept (still in use)")
+    parts.append(f"{_count(outcome.requests, 'request')} from the request log")
+    text = f"forgot session {rows.session_id}: {', '.join(parts)}"
+    if outcome.requests_error:
+        text += f"\nwarning: {outcome.requests_error}; its requests are still there"
+    return text
