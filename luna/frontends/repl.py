@@ -381,7 +381,10 @@ class Repl:
     async def _sessions(self) -> None:
         from luna.memory import browse
 
-        for row in await browse.list_sessions(self.memory, SESSIONS_SHOWN):
+        rows = await browse.list_sessions(self.memory, SESSIONS_SHOWN)
+        if not rows:
+            self.write("no sessions yet\n")
+        for row in rows:
             here = " (this one)" if row["id"] == self.session_id else ""
             last = str(row["last_at"] or "")[:16].replace("T", " ")
             self.write(
