@@ -17,6 +17,7 @@ from collections.abc import Iterable
 
 from luna.memory.storage import session_log
 from luna.memory.storage.store import Store, now_iso
+from luna.messages import Attachment
 
 
 def described(store: Store, hashes: Iterable[str]) -> dict[str, str]:
@@ -61,3 +62,20 @@ def set_description(store: Store, sha256: str, text: str, model: str) -> int:
                 conn, "message", int(message_id), scope, created, search, thread=session_id
             )
         return len(rows)
+
+
+def undescribed(store: Store, limit: int) -> list[Attachment]:
+    """Up to ``limit`` images that messages carry and that have no description yet, newest
+    first: what a describer stopped by a restart left undone."""
+    out: dict[str, Attachment] = {}
+    rows = store.query(
+        """SELECT a.kind, a.mime, a.name, a.size, a.sha256 FROM message_attachments a
+           WHERE a.kind = 'image' AND NOT EXISTS
+               (SELECT 1 FROM image_descriptions d WHERE d.sha256 = a.sha256)
+           ORDER BY a.message_id DESC, a.position LIMIT ?""",
+        (limit * 4,),  # the same image in several messages counts once
+    )
+    for kind, mime, name, size, sha in rows:
+        if sha not in out and len(out) < limit:
+            out[sha] = Attachment(kind, mime, name, size, sha)
+    return list(out.values())
