@@ -189,10 +189,15 @@ def footprint_text(seen: Footprint) -> str:
     when = ""
     if seen.first_at and seen.last_at:
         when = f", {seen.first_at[:10]} to {seen.last_at[:10]}"
-    return (
+    text = (
         f"session {seen.session_id}: {_count(seen.messages, 'message')}{when}, "
         f"{_count(seen.files, 'file')}, {_count(seen.memories, 'memory', 'memories')} learned in it"
     )
+    if seen.tasks:
+        text += (
+            f" ({_count(seen.tasks, 'scheduled task')} made in it will go on: `luna schedule list`)"
+        )
+    return text
 
 
 def outcome_text(outcome: Outcome) -> str:

@@ -15,7 +15,7 @@ import pytest
 
 from luna.attachments.store import AttachmentStore, attachments_dir
 from luna.errors import MemoryStoreError, NoSuchSessionError, SessionInUseError
-from luna.memory import Memory
+from luna.memory import Memory, sessions
 from luna.memory.sessions import footprint, forget_session, sweep
 from luna.memory.storage import db
 from luna.memory.storage.request_log import RequestLog
@@ -223,3 +223,23 @@ async def test_background_writes_of_a_forgotten_session_are_dropped(memory: Memo
     with pytest.raises(MemoryStoreError, match="forgotten meanwhile"):
         await memory.set_summary("s", "what the forgotten part said", cut)
     assert await memory.summary("s") == (None, 0)
+
+
+async def test_forget_session_keeps_the_scheduled_tasks_made_in_it(memory: Memory) -> None:
+    """A reminder set in a conversation is the user's own record, with its own commands: it
+    is named before the forget and keeps running after it."""
+    await memory.append_message("s", {"role": "user", "content": "remind me at 8 to call Bo"})
+    with memory.store.transaction() as conn:
+        conn.execute(
+            """INSERT INTO scheduled_tasks (kind, text, schedule_kind, spec, timezone, state,
+                   creator, scope, frontend, origin_session, created_at, updated_at)
+               VALUES ('reminder', 'call Bo', 'once', 'x', 'UTC', 'active', 'owner', 'owner',
+                   'repl', 's', '2026-01-01', '2026-01-01')"""
+        )
+    seen = await footprint(memory, "s")
+    assert seen is not None and seen.tasks == 1
+    assert sessions.footprint_text(seen).endswith(
+        "(1 scheduled task made in it will go on: `luna schedule list`)"
+    )
+    await forget_session(memory, "s")
+    assert _count(memory, "SELECT count(*) FROM scheduled_tasks WHERE state = 'active'") == 1

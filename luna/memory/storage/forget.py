@@ -42,6 +42,7 @@ class Footprint:
     files: int  # distinct attachments its messages carry
     first_at: str | None
     last_at: str | None
+    tasks: int = 0  # scheduled tasks made in it that are still active (they are kept)
 
 
 @dataclass(frozen=True)
@@ -68,13 +69,15 @@ def footprint(store: Store, session_id: str) -> Footprint | None:
                      JOIN messages m ON m.id = a.message_id WHERE m.session_id = :s),
                   (SELECT min(created_at) FROM messages WHERE session_id = :s),
                   (SELECT max(created_at) FROM messages WHERE session_id = :s),
-                  EXISTS (SELECT 1 FROM sessions WHERE id = :s)""",
+                  EXISTS (SELECT 1 FROM sessions WHERE id = :s),
+                  (SELECT count(*) FROM scheduled_tasks WHERE origin_session = :s
+                     AND state IN ('active', 'running'))""",
         {"s": session_id},
     )
-    messages, memories, files, first, last, exists = rows[0]
+    messages, memories, files, first, last, exists, tasks = rows[0]
     if not (exists or messages or memories):
         return None
-    return Footprint(session_id, int(messages), int(memories), int(files), first, last)
+    return Footprint(session_id, int(messages), int(memories), int(files), first, last, int(tasks))
 
 
 def forget_session(
