@@ -3,7 +3,8 @@
 Invariants:
 - Schema changes are ordered, named forward migrations recorded in ``_migrations``; each runs in
   its own transaction and is never edited once released — new changes append a new one.
-- ``messages`` is append-only (triggers refuse UPDATE and DELETE).
+- ``messages`` is append-only (triggers refuse UPDATE and DELETE; a forgotten session alone is
+  deleted whole, by :mod:`luna.memory.storage.forget`).
 - Every searchable text (user/assistant message, memory, session summary) has one row in
   ``docs`` and one row in ``docs_fts`` with the same rowid, written in the same transaction as
   the text itself; ``docs_vec`` (sqlite-vec, cosine) holds its embedding once computed
