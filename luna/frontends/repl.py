@@ -422,7 +422,9 @@ class Repl:
                 self.write("kept\n")
                 return
         async with self.agent.idle_session(target):
-            outcome = await sessions.forget_session(self.memory, target)
+            outcome = await sessions.forget_session(
+                self.memory, target, outputs_dir=self.agent.cfg.tools.outputs_dir
+            )
         self.write(sessions.outcome_text(outcome) + "\n")
         if target == self.session_id:
             self.session_id = new_session_id()

@@ -16,6 +16,9 @@ Invariants:
 - :func:`sweep` removes a file no message or held message refers to only once it has not been
   taken in for ``SWEEP_AFTER`` (a file is stored before the message that refers to it is
   logged, and that message may wait for its session's turn).
+- A saved large output (``tools.outputs_dir``: a tool's result or a document's text) that
+  the session's messages named goes by the same rule: no other message or held message names
+  it, and it was not saved again since (``tools/output.py`` touches a file it saves again).
 - The request log (``requests.db``) loses the session's requests after the main commit; when
   it cannot be changed the outcome says so (``requests_error``), never silently.
 """
@@ -26,6 +29,7 @@ import asyncio
 import datetime as dt
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from luna.attachments.store import AttachmentStore, attachments_dir
@@ -52,6 +56,7 @@ class Outcome:
     rows: Forgotten
     files_removed: int
     files_kept: int  # still used by another session, or on their way into one
+    outputs_removed: int  # saved large outputs (tools.outputs_dir)
     requests: int  # records removed from the request log
     requests_error: str = ""
 
@@ -68,10 +73,12 @@ async def forget_session(
     keep_memories: bool = False,
     turn_may_run: bool = False,
     turn_timeout: float = 1800.0,
+    outputs_dir: Path | None = None,
 ) -> Outcome:
     """Forget the session: its rows in one transaction, then its unused files and its
     requests. ``turn_may_run``: another process (a running Luna) may be in one of its turns
-    (see :mod:`luna.memory.storage.forget`); in-process callers hold the session's lock."""
+    (see :mod:`luna.memory.storage.forget`); in-process callers hold the session's lock.
+    ``outputs_dir``: ``tools.outputs_dir``, whose files its messages may name."""
     held = await asyncio.to_thread(memory.writes.held.records)
     if any(r.get("session_id") == session_id for r in held):
         raise SessionInUseError(
@@ -86,8 +93,14 @@ async def forget_session(
         keep_memories=keep_memories,
         turn_may_run=turn_may_run,
         turn_timeout=turn_timeout,
+        outputs=str(outputs_dir) if outputs_dir is not None else None,
     )
     removed, kept = await asyncio.to_thread(_remove_unused, memory, rows.unused)
+    outputs = 0
+    if outputs_dir is not None and rows.unused_outputs:
+        outputs = await asyncio.to_thread(
+            _remove_outputs, memory, Path(outputs_dir), rows.unused_outputs
+        )
     requests, error = 0, ""
     try:
         log = RequestLog.beside(memory.cfg.db_path)
@@ -104,9 +117,10 @@ async def forget_session(
         memories=rows.memories,
         files_removed=removed,
         files_kept=kept + rows.shared,
+        outputs=outputs,
         requests=requests,
     )
-    return Outcome(rows, removed, kept + rows.shared, requests, error)
+    return Outcome(rows, removed, kept + rows.shared, outputs, requests, error)
 
 
 def _store(memory: Memory) -> AttachmentStore:
@@ -153,6 +167,24 @@ def _remove_unused(memory: Memory, unused: dict[str, str]) -> tuple[int, int]:
         gone.append(sha)
     removed = store.remove(gone)
     return removed, len(unused) - len(gone)
+
+
+def _remove_outputs(memory: Memory, folder: Path, unused: dict[str, str]) -> int:
+    """Remove the saved outputs only the forgotten session named (module invariants)."""
+    held = [str(r["message"].get("content") or "") for r in memory.writes.held.records()]
+    removed = 0
+    for name, last in unused.items():
+        path = folder / name
+        if any(str(path) in text for text in held):
+            continue
+        try:
+            if not path.is_file() or path.stat().st_mtime > _epoch(last) + TIME_SLACK:
+                continue
+            path.unlink()
+        except OSError:
+            continue
+        removed += 1
+    return removed
 
 
 def _epoch(iso: str) -> float:
@@ -207,6 +239,8 @@ def outcome_text(outcome: Outcome) -> str:
     if rows.summaries:
         parts.append("its summary")
     parts.append(f"{_count(outcome.files_removed, 'file')} removed")
+    if outcome.outputs_removed:
+        parts.append(f"{_count(outcome.outputs_removed, 'saved output')} removed")
     if outcome.files_kept:
         parts.append(f"{_count(outcome.files_kept, 'file')} kept (still in use)")
     parts.append(f"{_count(outcome.requests, 'request')} from the request log")

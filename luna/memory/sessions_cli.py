@@ -142,6 +142,7 @@ async def forget_cmd(args: argparse.Namespace, cfg: Config) -> int:
             keep_memories=args.keep_memories,
             turn_may_run=running is not None,
             turn_timeout=cfg.agent.turn_timeout,
+            outputs_dir=cfg.tools.outputs_dir,
         )
     print(neutralize(sessions.outcome_text(outcome)))
     return 1 if outcome.requests_error else 0

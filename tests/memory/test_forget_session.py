@@ -10,6 +10,7 @@ import asyncio
 import os
 import sqlite3
 import time
+from pathlib import Path
 
 import pytest
 
@@ -243,3 +244,33 @@ async def test_forget_session_keeps_the_scheduled_tasks_made_in_it(memory: Memor
     )
     await forget_session(memory, "s")
     assert _count(memory, "SELECT count(*) FROM scheduled_tasks WHERE state = 'active'") == 1
+
+
+async def test_forget_session_removes_the_saved_outputs_only_it_named(
+    memory: Memory, tmp_path: Path
+) -> None:
+    """A large tool result or a document's text is saved under tools.outputs_dir and named in
+    the message: it goes with the session unless another message names it too."""
+    outputs = tmp_path / "tool_outputs"
+    outputs.mkdir()
+    own, shared = outputs / "read_file-0123abcd.txt", outputs / "web_fetch-4567ef01.txt"
+    for path in (own, shared):
+        path.write_text("the whole text")
+    past = time.time() - 60
+    for path in (own, shared):
+        os.utime(path, (past, past))
+
+    def footer(path: Path) -> str:
+        return f"[large output: 9 KB, saved to {path}; Read more with read_file path={path}]"
+
+    call = {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": "{}"}}
+    await memory.append_message("s", {"role": "user", "content": "read my notes"})
+    await memory.append_message("s", {"role": "assistant", "content": "", "tool_calls": [call]})
+    await memory.append_message(
+        "s", {"role": "tool", "tool_call_id": "c1", "content": f"{footer(own)}\n{footer(shared)}"}
+    )
+    await memory.append_message("t", {"role": "user", "content": f"see {footer(shared)}"})
+    outcome = await forget_session(memory, "s", outputs_dir=outputs)
+    assert outcome.outputs_removed == 1
+    assert not own.exists() and shared.read_text() == "the whole text"
+    assert "1 saved output removed" in sessions.outcome_text(outcome)

@@ -35,6 +35,12 @@ async def _fill(data: Path) -> tuple[str, str]:
             "repl-1", {"role": "user", "content": SECRET, "attachments": mine}
         )
         await memory.append_message("repl-1", {"role": "assistant", "content": "Noted."})
+        saved = data / "tool_outputs" / "document-0123abcd.txt"  # a long document's text
+        saved.parent.mkdir()
+        saved.write_text("page after page")
+        await memory.append_message(
+            "repl-1", {"role": "user", "content": f"[notes.pdf: 40 KB of text, saved to {saved}]"}
+        )
         await memory.add_memory("shed alarm code 4471", session_id="repl-1")
         theirs = [Attachment("image", "image/png", "b", 12, shared).to_json()]
         await memory.append_message(
@@ -75,21 +81,23 @@ def test_sessions_cli_lists_asks_and_forgets_files_and_all(tmp_path: Path) -> No
     ch, repl = (line.split() for line in lines[1:])  # the most recently active first
     # id, front-end, last activity (date and time), messages, files, first line
     assert ch[:2] + ch[4:] == ["ch-2", "discord", "2", "1", "hi"]
-    assert repl[:2] + repl[4:7] == ["repl-1", "repl", "2", "2", "the"]
+    assert repl[:2] + repl[4:7] == ["repl-1", "repl", "3", "2", "the"]
 
     # No terminal and no --yes: refused, nothing deleted.
     refused = run_luna(tmp_path, llm, "sessions", "forget", "repl-1")
     assert refused.returncode == 2 and "add --yes" in refused.stderr
-    assert _rows(data, "repl-1") == 3
+    assert _rows(data, "repl-1") == 4
 
     done = run_luna(tmp_path, llm, "sessions", "forget", "repl-1", "--yes")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(
-        "forgot session repl-1: 2 messages, 1 memory, 1 file removed, 1 file kept (still in use)"
+        "forgot session repl-1: 3 messages, 1 memory, 1 file removed, 1 saved output removed, "
+        "1 file kept (still in use)"
     ), done.stdout
     assert _rows(data, "repl-1") == 0 and _rows(data, "ch-2") == 2
     files = AttachmentStore(attachments_dir(data))
     assert not files.has(own) and files.has(shared)
+    assert list((data / "tool_outputs").iterdir()) == []
     found = run_luna(tmp_path, llm, "memory", "search", "shed alarm code")
     assert found.returncode == 0 and "4471" not in found.stdout
 

@@ -89,7 +89,9 @@ async def forget_session(request: web.Request) -> web.Response:
     keep = request.query.get("keep_memories", "") in ("1", "true")
     try:
         async with st.agent.idle_session(sid):
-            outcome = await sessions.forget_session(st.memory, sid, keep_memories=keep)
+            outcome = await sessions.forget_session(
+                st.memory, sid, keep_memories=keep, outputs_dir=st.cfg.tools.outputs_dir
+            )
     except NoSuchSessionError as e:
         return error(404, str(e))
     except SessionInUseError as e:
@@ -103,6 +105,7 @@ async def forget_session(request: web.Request) -> web.Response:
             "summaries": rows.summaries,
             "files_removed": outcome.files_removed,
             "files_kept": outcome.files_kept,
+            "outputs_removed": outcome.outputs_removed,
             "requests": outcome.requests,
             "requests_error": outcome.requests_error or None,
         }

@@ -6,7 +6,8 @@ librarian (or ``/remember``) stored with its id unless they are kept, and the de
 each image that no other message carries any more. What stays: everything of every other
 session, the scheduler's tasks and runs and the webhook events (each has its own commands, and
 its own record of what ran), and the files themselves (:mod:`luna.memory.sessions` removes the
-ones this returns, after the commit).
+ones this returns, after the commit: the attachments no message carries any more, and the
+saved large outputs under ``outputs`` that its messages named and no other message names).
 
 Invariants:
 - One durable transaction: after a crash the session is there whole or gone whole.
@@ -25,6 +26,7 @@ Invariants:
 from __future__ import annotations
 
 import datetime as dt
+import re
 from dataclasses import dataclass, field
 
 from luna.errors import NoSuchSessionError, SessionInUseError
@@ -58,6 +60,7 @@ class Forgotten:
     descriptions: int
     shared: int  # files the session carried that other messages still carry
     unused: dict[str, str] = field(default_factory=dict)
+    unused_outputs: dict[str, str] = field(default_factory=dict)  # saved-output file names
 
 
 def footprint(store: Store, session_id: str) -> Footprint | None:
@@ -87,9 +90,11 @@ def forget_session(
     keep_memories: bool = False,
     turn_may_run: bool = False,
     turn_timeout: float = 1800.0,
+    outputs: str | None = None,
 ) -> Forgotten:
     """Delete the session and what derives from it (module docstring); NoSuchSessionError
-    when nothing has its id, SessionInUseError when it is in use."""
+    when nothing has its id, SessionInUseError when it is in use. ``outputs``: the folder
+    (as its messages write it) where large tool outputs and documents' text are saved."""
     with store.transaction(durable=True) as conn:
         exists = conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone()
         memory_ids = [
@@ -135,6 +140,7 @@ def forget_session(
                 (session_id,),
             ).fetchall()
         )
+        named = _outputs_named(conn, session_id, outputs) if outputs else {}
         conn.execute(
             """DELETE FROM message_attachments
                WHERE message_id IN (SELECT id FROM messages WHERE session_id = ?)""",
@@ -154,6 +160,14 @@ def forget_session(
             descriptions += conn.execute(
                 "DELETE FROM image_descriptions WHERE sha256 = ?", (sha,)
             ).rowcount
+        unused_outputs = {
+            name: last
+            for name, last in named.items()
+            if not conn.execute(
+                "SELECT 1 FROM messages WHERE instr(content, ?) > 0 LIMIT 1",
+                (f"{outputs}/{name}",),
+            ).fetchone()
+        }
         conn.execute("DELETE FROM forgetting WHERE session_id = ?", (session_id,))
     store.drop_caches()
     return Forgotten(
@@ -165,7 +179,22 @@ def forget_session(
         descriptions=descriptions,
         shared=len(carried) - len(unused),
         unused=unused,
+        unused_outputs=unused_outputs,
     )
+
+
+def _outputs_named(conn: db.Connection, session_id: str, outputs: str) -> dict[str, str]:
+    """The files directly under ``outputs`` the session's messages name: name -> the time of
+    the last message naming it."""
+    pattern = re.compile(re.escape(outputs + "/") + r"([^\s/\[\];,'\"]+)")
+    named: dict[str, str] = {}
+    for content, created in conn.execute(
+        "SELECT content, created_at FROM messages WHERE session_id = ? AND instr(content, ?) > 0",
+        (session_id, outputs + "/"),
+    ):
+        for name in pattern.findall(content):
+            named[name] = max(named.get(name, ""), str(created))
+    return named
 
 
 def _unindex(store: Store, conn: db.Connection, sql: str, session_id: str) -> int:
