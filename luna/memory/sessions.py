@@ -157,16 +157,16 @@ def _remove_unused(memory: Memory, unused: dict[str, str]) -> tuple[int, int]:
         return 0, 0
     store = _store(memory)
     busy = _held_files(memory) | _referenced(memory, sorted(unused))
-    gone = []
+    gone, kept = [], 0
     for sha, last in unused.items():
         taken = store.taken_at(sha)
         if taken is None:
-            continue
+            continue  # gone already (`luna doctor` says so)
         if sha in busy or taken > _epoch(last) + TIME_SLACK:
+            kept += 1
             continue
         gone.append(sha)
-    removed = store.remove(gone)
-    return removed, len(unused) - len(gone)
+    return store.remove(gone), kept
 
 
 def _remove_outputs(memory: Memory, folder: Path, unused: dict[str, str]) -> int:

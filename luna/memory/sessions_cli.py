@@ -95,7 +95,7 @@ async def list_cmd(args: argparse.Namespace, cfg: Config) -> int:
         print("(no sessions)")
         return 0
     width = max(len(r["id"]) for r in rows)
-    print(f"{'ID':<{width}}  {'FRONT-END':<9}  {'LAST ACTIVITY':<16}  MESSAGES  FILES  FIRST LINE")
+    print(f"{'ID':<{width}}  {'FRONT-END':<9}  {'LAST (UTC)':<16}  MESSAGES  FILES  FIRST LINE")
     for r in rows:
         last = str(r["last_at"] or r["created_at"] or "")[:16].replace("T", " ")
         title = r["title"][:TITLE_CHARS]
