@@ -6,7 +6,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pty
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -15,7 +18,7 @@ from luna.config import MemoryConfig
 from luna.memory import Memory
 from luna.messages import Attachment
 from tests.fakes.llm_server import FakeLLMServer, Reply
-from tests.ops.running_luna import RunningLuna, run_luna
+from tests.ops.running_luna import RunningLuna, luna_env, run_luna
 
 SECRET = "the alarm code of the shed is 4471"
 
@@ -144,3 +147,36 @@ def test_sessions_forget_beside_a_running_luna(tmp_path: Path, llm_server: FakeL
     finally:
         luna.kill9()
     assert "Traceback" not in luna.err
+
+
+def _on_terminal(tmp_path: Path, answer: str, *args: str) -> tuple[int, str]:
+    """``python -m luna ARGS`` with a pseudo-terminal for stdin, typing ``answer``."""
+    primary, secondary = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "luna", *args],
+        cwd=tmp_path,
+        env=luna_env(tmp_path, "http://127.0.0.1:9/v1"),
+        stdin=secondary,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    os.close(secondary)
+    os.write(primary, answer.encode() + b"\n")
+    out, err = proc.communicate(timeout=120)
+    os.close(primary)
+    assert "Traceback" not in err, err
+    return proc.returncode, out
+
+
+def test_sessions_forget_asks_on_a_terminal(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    asyncio.run(_fill(data))
+    code, out = _on_terminal(tmp_path, "n", "sessions", "forget", "repl-1")
+    assert code == 1 and out.endswith("kept\n"), out
+    assert out.startswith("session repl-1: 3 messages, ") and "2 files, 1 memory learned" in out
+    assert "Forget it? This cannot be undone. [y/N] " in out
+    assert _rows(data, "repl-1") == 4
+    code, out = _on_terminal(tmp_path, "y", "sessions", "forget", "repl-1")
+    assert code == 0 and "forgot session repl-1: 3 messages" in out, out
+    assert _rows(data, "repl-1") == 0
