@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # loaded by the command that needs it
 _COMMANDS = {
     "config": "luna.config.cli",
     "memory": "luna.memory.cli",
+    "sessions": "luna.memory.sessions_cli",
     "backup": "luna.memory.db_cli",
     "restore": "luna.memory.db_cli",
     "db": "luna.memory.db_cli",

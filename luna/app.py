@@ -162,6 +162,7 @@ async def build_components(
     )
     if embedded:
         agent.tools_enabled = False  # the demo model cannot call tools
+    agent.sight.resume()  # image descriptions a stop left undone (luna.agent.describer)
     scheduler = None
     if cfg.scheduler.enabled:
         from luna.scheduler.service import SchedulerService

@@ -15,7 +15,9 @@ line for any of them and log the traceback for the operator::
     ├── MemoryStoreError   the database or embedding model failed
     │   ├── DatabaseBusyError     another program held the write lock past the wait
     │   ├── DatabaseCorruptError  the file is damaged or not a database: Luna stops writing
-    │   └── DatabaseMissingError  the database is gone (or empty) where one existed
+    │   ├── DatabaseMissingError  the database is gone (or empty) where one existed
+    │   ├── SessionInUseError     a session to forget has a turn running or messages held
+    │   └── NoSuchSessionError    no session has that id
     ├── DataFolderInUseError  another Luna process runs on this data folder
     ├── ScheduleError      a scheduler request that cannot be done (a bad time, no right)
     │   └── NoSuchTaskError    no task with that id (or none the asker may see)
@@ -97,6 +99,15 @@ class DatabaseCorruptError(MemoryStoreError):
 
 class DatabaseMissingError(MemoryStoreError):
     """The database is missing or empty although the data folder shows one existed."""
+
+
+class SessionInUseError(MemoryStoreError):
+    """A session cannot be forgotten now: a turn of it is running, or messages of it wait to
+    be written; the message says what to wait for."""
+
+
+class NoSuchSessionError(MemoryStoreError):
+    """No session (no message, summary or memory) has this id."""
 
 
 class DataFolderInUseError(LunaError):

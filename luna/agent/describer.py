@@ -24,6 +24,9 @@ Invariants:
 - Only a server that reports vision is asked; without one nothing is described (said once in
   the log), and text-only sessions still find the image by its name.
 - ``aclose`` cancels the work; a description cut off by it is simply not stored.
+- What a stop left undone is not lost: ``resume`` (at start) queues the logged images that
+  have no description yet, newest first, at most ``MAX_QUEUED``, as if a turn had just ended
+  (so a shared slot is still only used after ``describe_after_idle`` seconds of quiet).
 """
 
 from __future__ import annotations
@@ -85,6 +88,24 @@ class ImageDescriber:
             if a.sha256 not in self._seen and len(self._queue) < MAX_QUEUED:
                 self._seen.add(a.sha256)
                 self._queue[a.sha256] = a
+
+    def resume(self) -> None:
+        """Queue what an earlier run left undescribed, then describe it, in the background
+        (the one tracked task); returns at once."""
+        if self._task is None or self._task.done():
+            self._last_turn_end = asyncio.get_running_loop().time()
+            self._task = asyncio.create_task(self._resume(), name="image-describer")
+
+    async def _resume(self) -> None:
+        try:
+            left = await self.memory.undescribed_images(MAX_QUEUED)
+        except LunaError as e:
+            log.warning("could not list the images left undescribed: %s", e)
+            return
+        self.note(left)
+        if left:
+            log_event("image_described", status="resumed", count=len(left))
+        await self._work()
 
     def turn_started(self) -> None:
         self._turns += 1

@@ -58,7 +58,13 @@ from luna.agent.sight import Sight, TurnSight
 from luna.agent.streaming import stream_reply
 from luna.agent.subagent import WRAP_UP_NOTE, TurnBudget, run_subagent
 from luna.config import Config
-from luna.errors import DatabaseBusyError, DatabaseCorruptError, LLMError, LunaError
+from luna.errors import (
+    DatabaseBusyError,
+    DatabaseCorruptError,
+    LLMError,
+    LunaError,
+    SessionInUseError,
+)
 from luna.llm.contract import ChatModel
 from luna.memory import format_recall
 from luna.memory.contract import SessionMemory
@@ -188,6 +194,19 @@ class Agent:
                 del self._locks[session_id]
             else:
                 self._locks[session_id] = (lock, users - 1)
+
+    @contextlib.asynccontextmanager
+    async def idle_session(self, session_id: str) -> AsyncIterator[None]:
+        """Hold the session with no turn in it (to forget it): SessionInUseError at once when
+        a turn runs or waits in it, else no turn starts until the block is left. The next
+        turn reads the log afresh, so it starts from whatever the block left there."""
+        if session_id in self._locks:
+            raise SessionInUseError(
+                f"session {session_id!r} has a turn running; forget it once it has answered"
+            )
+        async with self._session(session_id):
+            self._refused.pop(session_id, None)
+            yield
 
     def _refused_in(self, session_id: str) -> set[str]:
         if session_id not in self._refused and len(self._refused) >= MAX_REMEMBERED_SESSIONS:

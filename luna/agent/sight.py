@@ -99,6 +99,11 @@ class Sight:
         await self.look(session_id, files, emit, sight)
         return [as_sent(m, sight.parts) for m in results]
 
+    def resume(self) -> None:
+        """Describe, in the background, the images an earlier run left undescribed."""
+        if self.describer is not None:
+            self.describer.resume()
+
     def turn_started(self) -> None:
         if self.describer is not None:
             self.describer.turn_started()

@@ -10,6 +10,10 @@ Invariants:
 - Writes are atomic and durable: a temporary file in the same folder, fsynced, renamed over
   the name, the folder fsynced. A reader never sees half a file, and once ``write`` returns the
   file survives a crash, so a message logged after it never refers to a file that is lost.
+- A file's modification time is the last time it was taken in: ``write`` of bytes already
+  stored touches the file. A file another message is about to refer to is thereby newer than
+  the messages that referred to it before, which is how forgetting a session
+  (``luna.memory.sessions``) tells a file it may delete from one being taken in again.
 - A reference becomes a path only after it is checked to be 64 lower-case hex digits: nothing
   a sender chose (a name, a claimed type) ever names a file here.
 - Blocking (file I/O, hashing): async callers use ``asyncio.to_thread``.
@@ -82,6 +86,7 @@ class AttachmentStore:
         path = self.path(sha)
         try:
             if path.stat().st_size == len(data) and digest(path.read_bytes()) == sha:
+                os.utime(path)  # taken in again now (module invariants)
                 return sha
         except FileNotFoundError:
             pass
@@ -110,6 +115,13 @@ class AttachmentStore:
         except OSError as e:
             return f"attachment {sha256[:12]} cannot be read: {e.strerror or e}"
         return None
+
+    def taken_at(self, sha256: str) -> float | None:
+        """When the file was last taken in (its mtime, epoch seconds); None when absent."""
+        try:
+            return self.path(sha256).stat().st_mtime
+        except FileNotFoundError:
+            return None
 
     def remove(self, hashes: Iterable[str]) -> int:
         """Delete these files and every derived copy of them; returns how many were stored."""

@@ -77,6 +77,9 @@ class LLMConfig(Section):
     max_tokens: Annotated[int, Field(ge=1, le=1_000_000)] = 4096
     # Texts that end a reply where they appear (sent as the request's "stop"); empty: none.
     stop: list[str] = Field(default_factory=list)
+    # A GBNF grammar every plain reply follows (llama-server only; never sent with tools or a
+    # response_format, which bring their own); empty: none.
+    grammar: str = ""
     context_tokens: Annotated[int, Field(ge=256, le=10_000_000)] = 131072
     history_reasoning: Literal["keep", "turn", "drop"] = "keep"
     pin_slots: bool = True

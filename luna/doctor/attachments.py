@@ -3,7 +3,8 @@
 Invariants: read-only (the database opened ``mode=ro``, files only read); every file a message
 refers to is checked against its hash, so a missing or damaged one is named (⚠, not essential:
 its message stays, only the file is gone) with the way back (``luna restore``); the folder's
-size and the files no message refers to are reported.
+size and the files no message refers to are reported, with the command that deletes them
+(``luna sessions sweep``: left by a crash during a forget, or a restore).
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ def _scan(cfg: Config) -> list[CheckResult]:
     problems = {sha: why for sha in sorted(wanted) if (why := store.verify(sha)) is not None}
     loose = len(stored - wanted)
     summary = f"{len(wanted)} referenced, {size_text(store.total_bytes())} in {store.root}" + (
-        f"; {loose} no message refers to (kept)" if loose else ""
+        f"; {loose} no message refers to (`luna sessions sweep` deletes those a day old)"
+        if loose
+        else ""
     )
     if not problems:
         return [ok(NAME, summary)]

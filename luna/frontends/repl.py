@@ -61,6 +61,8 @@ HELP = """Commands:
   /session           show the current session id
   /remember TEXT     store a memory
   /forget ID         delete a memory
+  /sessions          list recent sessions
+  /forget-session [ID]  forget a session (default: this one) with its files and memories
   /memories [QUERY]  list memories, or search them
   /attach PATH       send a file (image, PDF, document) with your next message
   /quit              exit (Ctrl-D works too)
@@ -68,6 +70,7 @@ Ctrl-C cancels a running reply."""
 
 
 MEMORY_CHARS = 200  # of a memory in /memories; the full text is in `luna memory list`
+SESSIONS_SHOWN = 20  # by /sessions; `luna sessions list` shows more
 
 
 def check(cfg: Config, mode: str = "auto") -> None:
@@ -365,11 +368,68 @@ class Repl:
                 self.write("forgotten\n" if ok else f"no memory with id {arg}\n")
         elif cmd == "/memories":
             await self._memories(arg)
+        elif cmd == "/sessions":
+            await self._sessions()
+        elif cmd == "/forget-session":
+            await self._forget_session(arg)
         elif cmd == "/attach":
             self.write((self.files.add(arg) if arg else "usage: /attach PATH") + "\n")
         else:
             self.write(f"unknown command {cmd}; /help lists them\n")
         return False
+
+    async def _sessions(self) -> None:
+        from luna.memory import browse
+
+        rows = await browse.list_sessions(self.memory, SESSIONS_SHOWN)
+        if not rows:
+            self.write("no sessions yet\n")
+        for row in rows:
+            here = " (this one)" if row["id"] == self.session_id else ""
+            last = str(row["last_at"] or "")[:16].replace("T", " ")
+            self.write(
+                f"  {row['id']}{here}  {row['frontend']}  {last}  {row['messages']} messages, "
+                f"{row['files']} files  {row['title'][:60]}\n"
+            )
+
+    async def _forget_session(self, arg: str) -> None:
+        """``/forget-session [ID] [--yes]``: asks first at a terminal; piped, only with --yes.
+        Forgetting this session moves the REPL to a new one."""
+        from luna.memory import sessions
+
+        words = arg.split()
+        sure = "--yes" in words
+        words = [w for w in words if w != "--yes"]
+        if len(words) > 1:
+            self.write("usage: /forget-session [ID] [--yes] (see /sessions)\n")
+            return
+        target = words[0] if words else self.session_id
+        seen = await sessions.footprint(self.memory, target)
+        if seen is None:
+            self.write(f"no session {target} (see /sessions)\n")
+            return
+        if not sure:
+            if not self.interactive:
+                self.write(f"not asked without a terminal: /forget-session {target} --yes\n")
+                return
+            self.write(sessions.footprint_text(seen) + "\n")
+            answer = await self.reader.read(
+                "forget it? this cannot be undone [y/N] ",
+                purpose="approval",
+                on_stale=self._stale_notice,
+            )
+            if (answer or "").strip().lower() not in {"y", "yes"}:
+                self.write("kept\n")
+                return
+        async with self.agent.idle_session(target):
+            outcome = await sessions.forget_session(
+                self.memory, target, outputs_dir=self.agent.cfg.tools.outputs_dir
+            )
+        self.write(sessions.outcome_text(outcome) + "\n")
+        if target == self.session_id:
+            self.session_id = new_session_id()
+            save_session_id(self.data_dir, self.session_id)
+            self.write(f"new session {self.session_id}\n")
 
     async def _memories(self, query: str) -> None:
         """One line per memory, ``[id] date text`` (the id /forget takes): those related to

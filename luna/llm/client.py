@@ -361,6 +361,8 @@ class LLMClient:
         if response_format is not None:
             params["response_format"] = response_format
         extra = await self._extra_body(lane)
+        if extra and self.cfg.grammar and not tools and response_format is None:
+            extra["grammar"] = self.cfg.grammar  # llama-server refuses a grammar beside tools
         if extra:
             params["extra_body"] = extra
         return params

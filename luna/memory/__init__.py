@@ -49,7 +49,7 @@ from luna.memory.storage import facts, heads, health, image_notes, session_log
 from luna.memory.storage.held import HeldMessages
 from luna.memory.storage.store import Store, VectorModelChangedError
 from luna.memory.storage.writes import WriteGate
-from luna.messages import LoggedMessage, Usage
+from luna.messages import Attachment, LoggedMessage, Usage
 from luna.observe import Timer, log_event
 
 __all__ = ["Memory", "RecallItem", "format_recall"]
@@ -287,6 +287,10 @@ class Memory:
     async def image_descriptions(self, hashes: Iterable[str]) -> dict[str, str]:
         """sha256 -> what the image shows, for the images already described."""
         return await asyncio.to_thread(image_notes.described, self.store, list(hashes))
+
+    async def undescribed_images(self, limit: int) -> list[Attachment]:
+        """Images messages carry that have no description yet, newest first (at most limit)."""
+        return await asyncio.to_thread(image_notes.undescribed, self.store, limit)
 
     async def describe_image(self, sha256: str, text: str, model: str) -> None:
         """Store what an image shows; the messages carrying it become findable by it."""

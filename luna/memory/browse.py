@@ -91,6 +91,30 @@ async def memory_detail(memory: Memory, memory_id: int) -> dict[str, Any] | None
     return await asyncio.to_thread(_memory_detail, memory.store, memory_id)
 
 
+# How each part of Luna names its sessions (repl.py, web/turns.py and web/reconcile.py,
+# discord/bot.py, telegram/ and matrix/conversation.py, scheduler/execute.py, config/hooks.py):
+# the log keeps no front-end per session, the id says it.
+FRONTEND_PREFIXES = (
+    ("repl-", "repl"),
+    ("web-", "web"),
+    ("api:", "api"),
+    ("ch-", "discord"),
+    ("tg-", "telegram"),
+    ("mx-", "matrix"),
+    ("task-", "scheduler"),
+    ("heartbeat", "scheduler"),
+    ("hook-", "hook"),
+)
+
+
+def frontend_of(session_id: str) -> str:
+    """The part of Luna a session came from, as its id says ("?" when it says nothing)."""
+    for prefix, name in FRONTEND_PREFIXES:
+        if session_id.startswith(prefix):
+            return name
+    return "?"
+
+
 def _list_sessions(store: Store, limit: int) -> list[dict[str, Any]]:
     rows = store.query(
         """SELECT s.id, s.scope, s.created_at,
@@ -99,19 +123,23 @@ def _list_sessions(store: Store, limit: int) -> list[dict[str, Any]]:
                   (SELECT m.created_at FROM messages m WHERE m.session_id = s.id
                      ORDER BY m.id DESC LIMIT 1),
                   (SELECT m.content FROM messages m WHERE m.session_id = s.id
-                     AND m.role = 'user' ORDER BY m.id LIMIT 1)
+                     AND m.role = 'user' ORDER BY m.id LIMIT 1),
+                  (SELECT count(DISTINCT a.sha256) FROM message_attachments a
+                     JOIN messages m ON m.id = a.message_id WHERE m.session_id = s.id)
            FROM sessions s ORDER BY 5 DESC NULLS LAST, s.created_at DESC LIMIT ?""",
         (limit,),
     )
     out = []
-    for sid, scope, created, count, _last_id, last_at, first in rows:
+    for sid, scope, created, count, _last_id, last_at, first, files in rows:
         title = " ".join(str(first or "").split())
         out.append(
             {
                 "id": sid,
+                "frontend": frontend_of(sid),
                 "scope": scope,
                 "created_at": created,
                 "messages": int(count),
+                "files": int(files),
                 "last_at": last_at,
                 "title": title[:TITLE_CHARS] + ("…" if len(title) > TITLE_CHARS else ""),
             }
@@ -120,7 +148,8 @@ def _list_sessions(store: Store, limit: int) -> list[dict[str, Any]]:
 
 
 async def list_sessions(memory: Memory, limit: int = 100) -> list[dict[str, Any]]:
-    """Sessions, most recently active first, each with a count and the first user line."""
+    """Sessions, most recently active first, each with its front-end, its counts of messages
+    and files, and its first user line."""
     return await asyncio.to_thread(_list_sessions, memory.store, _bounded(limit))
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from luna.memory.recall.search import RecallItem
-    from luna.messages import LoggedMessage, Usage
+    from luna.messages import Attachment, LoggedMessage, Usage
 
 Head = dict[str, Any]  # a session's head as stored: {"tools": [...specs], "skills": "..."}
 
@@ -67,6 +67,10 @@ class SessionMemory(Protocol):
 
     async def image_descriptions(self, hashes: Iterable[str]) -> dict[str, str]:
         """sha256 -> what the image shows, for the images already described."""
+        ...
+
+    async def undescribed_images(self, limit: int) -> list[Attachment]:
+        """Images logged without a description yet, newest first (at most ``limit``)."""
         ...
 
     async def describe_image(self, sha256: str, text: str, model: str) -> None:

@@ -228,6 +228,9 @@ class Librarian:
         except (LLMError, ValueError) as exc:
             self._back_off(session_id, exc)
             return
+        if not await asyncio.to_thread(session_log.has_message, store, session_id, part[-1].id):
+            log_event("librarian", session=session_id, status="forgotten")
+            return  # the user forgot the session while the model read it: nothing is kept
         summary = str(result.get("summary") or "").strip() or (previous or "")
         facts = _clean_facts(result.get("facts"), mc.fact_importance_threshold)
         scope = await self.memory.session_scope(session_id)

@@ -17,9 +17,13 @@ def test_store_writes_under_the_hash_once(tmp_path: Path) -> None:
     assert sha == digest(b"hello")
     path = tmp_path / "attachments" / sha[:2] / sha
     assert path.read_bytes() == b"hello"
-    before = path.stat().st_mtime_ns
-    assert store.write(b"hello") == sha  # the same bytes again: left as they are
-    assert path.stat().st_mtime_ns == before
+    before = path.stat()
+    past = before.st_mtime - 3600
+    os.utime(path, (past, past))
+    assert store.write(b"hello") == sha  # the same bytes again: left as they are (same file),
+    assert path.stat().st_ino == before.st_ino
+    assert path.stat().st_mtime > past + 3000  # only marked as taken in now
+    assert store.taken_at(sha) == path.stat().st_mtime
     assert list(store.hashes()) == [sha]
     assert store.read(sha) == b"hello"
     assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]

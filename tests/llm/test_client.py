@@ -372,6 +372,31 @@ async def test_llm_server_info_reads_llama_server_props(
             await other.close()
 
 
+async def test_llm_grammar_goes_to_llama_server_only_with_plain_replies(
+    luna_config: Callable[..., Config], llm_server: FakeLLMServer
+) -> None:
+    """``llm.grammar`` rides on plain requests; tools and a response_format bring their own
+    constraints (llama-server refuses a grammar beside tools), other servers get none."""
+    grammar = "root ::= [a-z]+"
+    cfg = luna_config().llm.model_copy(update={"grammar": grammar})
+    client = LLMClient(cfg)
+    try:
+        await client.chat(USER)
+        await _stream(client)
+        await client.chat(USER, tools=TOOLS)
+        await client.chat(USER, response_format={"type": "json_object"})
+    finally:
+        await client.close()
+    assert [r.get("grammar") for r in llm_server.requests] == [grammar, grammar, None, None]
+    with FakeLLMServer(props=False) as bare:
+        other = LLMClient(cfg.model_copy(update={"endpoint": bare.url}))
+        try:
+            await other.chat(USER)
+        finally:
+            await other.close()
+        assert "grammar" not in bare.requests[0]
+
+
 async def test_llm_sends_api_key_only_as_bearer(
     luna_config: Callable[..., Config], llm_server: FakeLLMServer
 ) -> None:

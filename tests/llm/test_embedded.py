@@ -19,6 +19,7 @@ import pytest_asyncio
 from luna.config import Config, build_config
 from luna.llm import LLMClient
 from luna.llm.embedded import (
+    DEMO_GRAMMAR,
     DEMO_MAX_TOKENS,
     DEMO_STOP,
     MODEL_ALIAS,
@@ -87,30 +88,40 @@ async def test_embedded_stream_delivers_deltas(client: LLMClient) -> None:
     assert resp.finish_reason in ("length", "stop")
 
 
+# The README's first message as the agent sends it: the system prompt, then the user's text
+# with the context block Luna appends (the base model copied ``<context>`` as its first words).
+FIRST_MESSAGE = [
+    {"role": "system", "content": "You are Luna, a personal assistant. Be direct and concise."},
+    {
+        "role": "user",
+        "content": "hello, who are you?\n\n<context>\nCurrent time: 2026-12-05 22:26 Saturday"
+        " (UTC)\n</context>",
+    },
+]
+TURN_MARKUP = ("<end_of_turn>", "<start_of_turn>", "<|im_start|>", "<|im_end|>", "<context>")
+
+
 async def test_embedded_demo_reply_stops_at_its_turn(
     embedded: EmbeddedModel, embedded_cfg: Config
 ) -> None:
     """The README's first message: the base model's reply ends where its turn does (without
     stop sequences it went on with made-up turns, "<|im_start|>customer ...", up to its
-    max_tokens). One short generation, greedy."""
+    max_tokens), and it is never empty. Sampled as Luna samples (temperature 0.7), it began 6
+    replies in 30 with a stop, an empty reply, before the demo grammar: ten tries here."""
     cfg = embedded.llm_config(embedded_cfg.llm)
     assert cfg.max_tokens == DEMO_MAX_TOKENS and cfg.stop == DEMO_STOP
+    assert cfg.grammar == DEMO_GRAMMAR and cfg.temperature == 0.7
     client = LLMClient(cfg)
     try:
-        resp = await client.chat(
-            [
-                {"role": "system", "content": "You are Luna, a personal assistant."},
-                {"role": "user", "content": "hello, who are you?"},
-            ],
-            temperature=0.0,
-        )
+        replies = [await client.chat(FIRST_MESSAGE) for _ in range(10)]
     finally:
         await client.close()
-    assert resp.finish_reason == "stop", resp  # its turn ended; not cut at max_tokens
-    assert resp.usage is not None and resp.usage.completion_tokens < DEMO_MAX_TOKENS
-    assert resp.content.strip()
-    for marker in ("<end_of_turn>", "<start_of_turn>", "<|im_start|>", "<|im_end|>", "\n\nuser"):
-        assert marker not in resp.content, resp.content
+    ended = [r for r in replies if r.finish_reason == "stop"]
+    assert len(ended) >= 6, replies  # most end at their turn; a ramble is cut at max_tokens
+    for resp in replies:
+        assert resp.content.strip(), replies
+        assert not any(marker in resp.content for marker in TURN_MARKUP), resp.content
+        assert "<" not in resp.content, resp.content  # no made-up HTML either
 
 
 async def test_embedded_serves_its_alias_and_context(embedded: EmbeddedModel) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from luna.agent.notes import EMPTY_REPLY
 from tests.luna_process import REPO, clean_env
 
 DEFAULT_PORT = 8001
@@ -69,12 +70,13 @@ def test_readme_first_command_answers_through_the_embedded_model(fresh_clone: Pa
         "something listens on localhost:8001 (a real llama-server?); the README's first "
         "command falls back to the demo model only when nothing answers there"
     )
-    proc = run_luna(fresh_clone, "Complete the list: one, two, three,\n")
+    proc = run_luna(fresh_clone, "hello, who are you?\n")  # what a new user types first
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "embedded demo model" in proc.stdout
     assert "error:" not in proc.stdout, proc.stdout
     reply = proc.stdout.split("LLM_ENDPOINT=http://HOST:PORT/v1", 1)[1]
     assert reply.strip(), proc.stdout  # the model said something
+    assert EMPTY_REPLY not in reply, proc.stdout  # and it was the model, not Luna's notice
     log = (fresh_clone / "data" / "logs" / "embedded-llm.log").read_text(errors="replace")
     assert "llama_server: listening on http://127.0.0.1:" in log  # the C++ server answered
     port = int(log.rsplit("listening on http://127.0.0.1:", 1)[1].split()[0].rstrip("/"))

@@ -21,19 +21,25 @@ from typing import Any
 from aiohttp import web
 
 from luna import __version__
-from luna.errors import AttachmentError, MemoryStoreError
+from luna.errors import (
+    AttachmentError,
+    MemoryStoreError,
+    NoSuchSessionError,
+    SessionInUseError,
+)
 from luna.frontends.web.auth import AUTH
 from luna.frontends.web.events import sse_stream
 from luna.frontends.web.files import form_uploads
 from luna.frontends.web.inputs import ApiError, error, json_body, path_id, query_int
 from luna.frontends.web.state import state
 from luna.frontends.web.turns import TurnRefusedError, new_session_id, valid_session_id
-from luna.memory import browse
+from luna.memory import browse, sessions
 from luna.messages import Attachment
 
 # A memory is one fact, recalled into prompts next to others: 4,000 characters (about 1,000
 # tokens) holds a long paragraph, and keeps a handful of recalled memories within a prompt.
 MAX_MEMORY_CHARS = 4000
+MAX_SESSION_ID = 512  # a chat app's id is longer than the web's own (web/turns.py)
 
 
 # ---- who am I ----------------------------------------------------------------------------
@@ -71,6 +77,39 @@ def _session_id(request: web.Request) -> str:
     if not valid_session_id(sid):
         raise ApiError(400, "invalid session id")
     return sid
+
+
+async def forget_session(request: web.Request) -> web.Response:
+    """``DELETE /api/sessions/{id}[?keep_memories=1]`` (as ``luna sessions forget --yes``):
+    the session and what came from it, files included; 409 while a turn runs in it."""
+    st = state(request)
+    sid = request.match_info["session_id"]
+    if not sid or len(sid) > MAX_SESSION_ID or not sid.isprintable():
+        return error(400, "invalid session id")  # any front-end's id (a Matrix room's too)
+    keep = request.query.get("keep_memories", "") in ("1", "true")
+    try:
+        async with st.agent.idle_session(sid):
+            outcome = await sessions.forget_session(
+                st.memory, sid, keep_memories=keep, outputs_dir=st.cfg.tools.outputs_dir
+            )
+    except NoSuchSessionError as e:
+        return error(404, str(e))
+    except SessionInUseError as e:
+        return error(409, str(e))
+    rows = outcome.rows
+    return web.json_response(
+        {
+            "forgotten": sid,
+            "messages": rows.messages,
+            "memories": rows.memories,
+            "summaries": rows.summaries,
+            "files_removed": outcome.files_removed,
+            "files_kept": outcome.files_kept,
+            "outputs_removed": outcome.outputs_removed,
+            "requests": outcome.requests,
+            "requests_error": outcome.requests_error or None,
+        }
+    )
 
 
 async def session_messages(request: web.Request) -> web.Response:
@@ -215,6 +254,7 @@ def routes() -> list[web.RouteDef]:
         web.get("/api/me", me),
         web.get("/api/sessions", list_sessions),
         web.post("/api/sessions", create_session),
+        web.delete("/api/sessions/{session_id}", forget_session),
         web.get("/api/sessions/{session_id}/messages", session_messages),
         web.post("/api/sessions/{session_id}/messages", post_message),
         web.get("/api/events", events),

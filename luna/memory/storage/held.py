@@ -117,6 +117,11 @@ class HeldMessages:
             log_event("memory_op", op="held_written", count=len(records))
         return len(records)
 
+    def records(self) -> list[dict[str, Any]]:
+        """The held messages, oldest first (some may be written already: see ``flush``)."""
+        with self._lock:
+            return self._read()
+
     def _read(self) -> list[dict[str, Any]]:
         try:
             lines = self.path.read_bytes().split(b"\n")

@@ -383,4 +383,17 @@ MIGRATIONS: list[Migration] = [
             "DROP TABLE matrix_sync",
         ],
     ),
+    (
+        "m015_forget_sessions",
+        [
+            # A session the user forgets is deleted with everything derived from it
+            # (luna.memory.storage.forget). Its id sits in ``forgetting`` only inside that
+            # transaction; the log stays append-only for every other session, always.
+            "CREATE TABLE forgetting (session_id TEXT PRIMARY KEY)",
+            "DROP TRIGGER messages_append_only_delete",
+            """CREATE TRIGGER messages_append_only_delete BEFORE DELETE ON messages
+               WHEN NOT EXISTS (SELECT 1 FROM forgetting WHERE session_id = OLD.session_id)
+               BEGIN SELECT RAISE(ABORT, 'messages are append-only'); END""",
+        ],
+    ),
 ]

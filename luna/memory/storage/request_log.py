@@ -9,9 +9,11 @@ Invariants:
 - Its own SQLite file (``requests.db`` next to the main database), ``synchronous=NORMAL``:
   diagnostic data, never on the durable path of a turn (no extra fsync per request), and a
   loss of its last records in a power cut costs nothing but diagnosis.
-- Append-only. Content-addressed: each message, tool list and parameter set is stored once
-  (sha256 of its canonical JSON); a request is the ordered list of those hashes, so a long
-  session costs about its messages once plus a few bytes per request.
+- Append-only, but for a session the user forgets (``forget_session``): its requests go,
+  and the parts no other request uses.
+- Content-addressed: each message, tool list and parameter set is stored once (sha256 of its
+  canonical JSON); a request is the ordered list of those hashes, so a long session costs
+  about its messages once plus a few bytes per request.
 - Blocking methods; callers run them in a worker thread. Failures are logged and swallowed:
   diagnosis must never break a turn.
 """
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from luna.errors import MemoryStoreError
 from luna.memory.storage import db
 from luna.memory.storage.store import now_iso
 from luna.messages import Usage, clean_value
@@ -179,6 +182,48 @@ class RequestLog:
                 except db.Error:
                     self._conn = None
                     conn.close()
+
+    def forget_session(self, session_id: str) -> int:
+        """Delete the session's requests and the parts only they used; returns how many
+        requests. Raises MemoryStoreError when the file cannot be changed (the caller says so:
+        a forgotten session's text must not stay here silently)."""
+        if not self.path.exists():
+            return 0
+        try:
+            with self._lock:
+                conn = self._connect()
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    removed = self._forget(conn, session_id)
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
+                return removed
+        except db.Error as e:
+            raise MemoryStoreError(f"the request log {self.path} cannot be changed: {e}") from e
+
+    @staticmethod
+    def _forget(conn: db.Connection, session_id: str) -> int:
+        keys: set[str] = set()
+        for params, tools, reply, messages in conn.execute(
+            "SELECT params, tools, reply, messages FROM requests WHERE session_id = ?",
+            (session_id,),
+        ).fetchall():
+            keys.update(k for k in (params, tools, reply) if k is not None)
+            keys.update(json.loads(messages))
+        removed = conn.execute("DELETE FROM requests WHERE session_id = ?", (session_id,)).rowcount
+        if keys:
+            used = {
+                r[0]
+                for r in conn.execute(
+                    """SELECT params FROM requests UNION SELECT tools FROM requests
+                       UNION SELECT reply FROM requests
+                       UNION SELECT j.value FROM requests, json_each(requests.messages) j"""
+                )
+            }
+            conn.executemany("DELETE FROM parts WHERE hash = ?", [(k,) for k in keys - used])
+        return int(removed)
 
     def _part(self, conn: db.Connection, key: str | None) -> Any:
         if key is None:

@@ -259,14 +259,30 @@ def prompt_history(store: Store, session_id: str) -> tuple[str | None, list[Logg
     return text, messages_after(store, session_id, cut)
 
 
+def has_message(store: Store, session_id: str, message_id: int) -> bool:
+    """Whether the session still holds this message (it is gone once the session is
+    forgotten)."""
+    rows = store.query(
+        "SELECT 1 FROM messages WHERE id = ? AND session_id = ?", (message_id, session_id)
+    )
+    return bool(rows)
+
+
 def set_summary(store: Store, session_id: str, text: str, cut_message_id: int) -> None:
-    """Store the session's cumulative summary and move its compaction cut (soft)."""
+    """Store the session's cumulative summary and move its compaction cut (soft); refused
+    when the cut's message is not the session's (it was forgotten meanwhile)."""
     now = now_iso()
     with store.transaction() as conn:
         scope_row = conn.execute("SELECT scope FROM sessions WHERE id = ?", (session_id,))
         row = scope_row.fetchone()
         if row is None:
             raise MemoryStoreError(f"unknown session {session_id!r}")
+        if not conn.execute(
+            "SELECT 1 FROM messages WHERE id = ? AND session_id = ?", (cut_message_id, session_id)
+        ).fetchone():
+            raise MemoryStoreError(
+                f"session {session_id!r} has no message {cut_message_id} (forgotten meanwhile)"
+            )
         conn.execute(
             """INSERT INTO summaries (session_id, text, cut_message_id, created_at, updated_at)
                VALUES (?, ?, ?, ?, ?)

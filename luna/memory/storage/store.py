@@ -3,7 +3,8 @@
 Invariants:
 - Schema changes are ordered, named forward migrations recorded in ``_migrations``; each runs in
   its own transaction and is never edited once released — new changes append a new one.
-- ``messages`` is append-only (triggers refuse UPDATE and DELETE).
+- ``messages`` is append-only (triggers refuse UPDATE and DELETE; a forgotten session alone is
+  deleted whole, by :mod:`luna.memory.storage.forget`).
 - Every searchable text (user/assistant message, memory, session summary) has one row in
   ``docs`` and one row in ``docs_fts`` with the same rowid, written in the same transaction as
   the text itself; ``docs_vec`` (sqlite-vec, cosine) holds its embedding once computed
@@ -307,6 +308,13 @@ class Store(VectorModel):
         if conn.execute("DELETE FROM docs WHERE id = ?", (doc_id,)).rowcount:
             if self._doc_count is not None:
                 self._doc_count -= 1
+
+    def drop_caches(self) -> None:
+        """Forget the doc count, speakers and RAM vector mirrors (after a bulk delete)."""
+        with self.lock:
+            self._ram_index.clear()
+            self._doc_count = None
+            self._speakers.clear()
 
     def doc_count(self) -> int:
         """Searchable docs, counted once, then kept in step by this store's writes (and
