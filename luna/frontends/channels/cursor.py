@@ -13,8 +13,9 @@ Invariants:
   turn being on record, so a restart either gets the event again from the app or finds it
   here.
 - A turn's rows are marked answered once its reply was written (:meth:`answered`); what is
-  left unanswered at start is what a dead process committed and never answered. Answered
-  rows are kept ``KEEP_DAYS`` (pruned when rows are added), then forgotten: an app must not
+  left unanswered at start is what a dead process committed and never answered. An answered
+  row keeps the event's id only (its JSON, the message's text with it, is dropped) and is
+  kept ``KEEP_DAYS`` (pruned when rows are added), then forgotten: an app must not
   hand over an event older than that again (Matrix: the token keeper never holds a batch
   back that long while Luna runs; a Luna stopped for longer with a batch held back may
   answer an answered message of it once more).
@@ -111,8 +112,8 @@ class ChannelLedger:
         now = _now()
         with self.db.transaction(durable=True) as conn:
             conn.executemany(
-                "UPDATE channel_turns SET answered_at = ? WHERE channel = ? AND account = ? "
-                "AND event_id = ? AND answered_at IS NULL",
+                "UPDATE channel_turns SET answered_at = ?, event = '{}' WHERE channel = ? "
+                "AND account = ? AND event_id = ? AND answered_at IS NULL",
                 [(now, *self.key, eid) for eid in event_ids],
             )
 
