@@ -171,12 +171,17 @@ async def test_forget_session_refuses_a_chat_turn_not_answered_and_held_messages
     mid = await memory.append_message("tg-1", {"role": "user", "content": "hi"})
     with memory.store.transaction() as conn:
         conn.execute(
-            "INSERT INTO channel_turns VALUES ('telegram', 'bot', 'e1', ?, '{}', '2026-01-01')",
+            "INSERT INTO channel_turns (channel, account, event_id, message_id, event, "
+            "created_at) VALUES ('telegram', 'bot', 'e1', ?, '{}', '2026-01-01')",
             (mid,),
         )
     with pytest.raises(SessionInUseError, match="not answered"):
         await forget_session(memory, "tg-1")
     assert _count(memory, "SELECT count(*) FROM messages") == 1
+    with memory.store.transaction() as conn:  # answered (ChannelLedger.answered), kept a while
+        conn.execute("UPDATE channel_turns SET answered_at = '2026-01-01'")
+    await forget_session(memory, "tg-1")  # the session may go, its turn's row with it
+    assert _count(memory, "SELECT count(*) FROM channel_turns") == 0
     later = {"role": "user", "content": "later"}
     memory.writes.held.hold("held-1", later, context=None, scope="owner")
     with pytest.raises(SessionInUseError, match="waiting to be written"):

@@ -4,7 +4,8 @@ Job: :class:`Channel` takes the adapter's :class:`InboundEvent` s (:meth:`Channe
 decides who is heard (``access``), drops replays, merges bursts and runs one turn per session
 at a time (``pipeline``), then runs each turn: the burst's files through the attachments
 intake (``files``), a typing indicator, the approver, ``Agent.run_turn``, and the streamed
-reply (``stream``).
+reply (``stream``). At start, :meth:`Channel.resume` answers the turns a dead process
+committed but never answered (the app's ``ChannelLedger``).
 
 Invariants:
 - Nothing raised while handling one message stops the app: adapter errors are logged; a
@@ -18,6 +19,10 @@ Invariants:
   ``stored`` (the turn's user message is committed: the app may acknowledge it) and
   ``answered`` (its reply was written). A replay of an event already admitted is none of
   them: the first copy's fate is the one that counts.
+- A resumed turn is answered once, in the conversation its events came from, without its
+  message being logged again (``stored_id``); its events are admitted first, so the app
+  handing them over again in this process starts no second turn. An author no longer heard
+  gets no answer: the turn is marked answered.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from luna.errors import LunaError
 from luna.frontends.channels.access import Access, Speaker, is_heard
 from luna.frontends.channels.approval import Approvals, ChannelApprover
 from luna.frontends.channels.contract import ChannelAdapter, InboundEvent
+from luna.frontends.channels.cursor import ChannelLedger
 from luna.frontends.channels.files import (
     VOICE_NOTICE,
     has_voice,
@@ -102,6 +108,7 @@ class Channel:
         self.intake = intake
         self.approvals = Approvals(access)
         self.pipeline = SessionPipeline(self.run_batch, burst_window=settings.burst_window)
+        self._resumed: set[asyncio.Task[None]] = set()
 
     # ---- admission ---------------------------------------------------------------------
 
@@ -142,6 +149,37 @@ class Channel:
     def _drop(self, event: InboundEvent) -> None:
         if self.receipts is not None:
             self.receipts.dropped(event)
+
+    async def resume(self, ledger: ChannelLedger) -> int:
+        """Answer the turns a dead process committed but never answered, each as a task of
+        its own (cancelled by :meth:`aclose`); how many were started."""
+        started = 0
+        for turn in await ledger.unanswered():
+            first = turn.events[0]
+            speaker = self.access.speaker(first.author_id, is_bot=first.author_is_bot)
+            if speaker is None:  # no longer allowed: nothing to answer
+                await ledger.answered(turn.event_ids)
+                continue
+            for event_id in turn.event_ids:
+                self.pipeline.admit(event_id)
+            log_event("channel_resume", frontend=self.app.name, session=first.session_id,
+                      message_id=turn.message_id, events=len(turn.events))  # fmt: skip
+            task = asyncio.get_running_loop().create_task(
+                self._resumed_turn(turn.events, speaker, turn.message_id),
+                name=f"channel-resume-{turn.message_id}",
+            )
+            self._resumed.add(task)
+            task.add_done_callback(self._resumed.discard)
+            started += 1
+        return started
+
+    async def _resumed_turn(
+        self, events: Sequence[InboundEvent], speaker: Speaker, message_id: int
+    ) -> None:
+        try:
+            await self.run_turn(events, speaker, stored_id=message_id)
+        except Exception as e:  # as the pipeline does for a turn: logged, never lost silently
+            self._log_failure(events[0].session_id, e, "resumed turn crashed")
 
     # ---- one turn ----------------------------------------------------------------------
 
@@ -238,4 +276,8 @@ class Channel:
             await asyncio.sleep(self.app.typing_every)
 
     async def aclose(self) -> None:
+        """Cancel resumed turns still running, then the pipeline's."""
+        for task in list(self._resumed):
+            task.cancel()
+        await asyncio.gather(*self._resumed, return_exceptions=True)
         await self.pipeline.aclose()

@@ -1,16 +1,27 @@
-"""Where a chat app's reading stands, in the memory database (migration
-``m012_channel_cursors``).
+"""Where a chat app's reading stands, in the memory database (migrations
+``m012_channel_cursors``, ``m014_channel_turns_answered``).
 
-Job: :class:`ChannelLedger` keeps one app account's read position (Telegram's update offset)
-and the turns it acknowledged but has not answered yet, off the event loop.
+Job: :class:`ChannelLedger` keeps one app account's read position (Telegram's update offset,
+Matrix's sync token) and the turns it took in: those not answered yet, which a restart
+answers (:meth:`unanswered`, run by ``Channel.resume``), and those answered lately, which an
+app that may be handed an event again (Matrix re-syncs a batch whose token was not saved)
+recognises (:meth:`has`). All of it off the event loop.
 
 Invariants:
-- :meth:`ChannelLedger.stored` writes the new cursor and the turn's rows in one durable
-  transaction: an event is never acknowledged without its turn being on record, so a restart
-  either gets the event again from the app or finds it here.
-- A turn's rows are deleted once its reply was written (:meth:`answered`); what is left at
-  start is what a dead process committed and never answered (:meth:`unanswered`).
-- Cursors and events are stored as text; the app owns their meaning.
+- :meth:`ChannelLedger.stored` writes the turn's rows (and the new cursor, when the app moves
+  it with the turn) in one durable transaction: an event is never acknowledged without its
+  turn being on record, so a restart either gets the event again from the app or finds it
+  here.
+- A turn's rows are marked answered once its reply was written (:meth:`answered`); what is
+  left unanswered at start is what a dead process committed and never answered. An answered
+  row keeps the event's id only (its JSON, the message's text with it, is dropped) and is
+  kept ``KEEP_DAYS`` (pruned when rows are added), then forgotten: an app must not
+  hand over an event older than that again (Matrix: the token keeper never holds a batch
+  back that long while Luna runs; a Luna stopped for longer with a batch held back may
+  answer an answered message of it once more).
+- Cursors are stored as text and events as the app's JSON (:class:`EventCodec`); the app
+  owns their meaning. An event's files are not kept: a resumed turn reads them from its
+  stored message.
 """
 
 from __future__ import annotations
@@ -18,11 +29,22 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from luna.frontends.channels.contract import InboundEvent
 from luna.memory.storage.store import Store
+
+KEEP_DAYS = 7
+
+
+@dataclass(frozen=True)
+class EventCodec:
+    """How one app keeps an :class:`InboundEvent` in the database and reads it back."""
+
+    encode: Callable[[InboundEvent], dict[str, Any]]
+    decode: Callable[[dict[str, Any]], InboundEvent]
 
 
 @dataclass(frozen=True)
@@ -31,19 +53,24 @@ class Unanswered:
 
     event_ids: tuple[str, ...]
     message_id: int  # the stored user message
-    events: tuple[dict[str, Any], ...]  # the adapter's JSON of each event
+    events: tuple[InboundEvent, ...]
+
+
+def _stamp(at: dt.datetime) -> str:
+    return at.isoformat(timespec="seconds")
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    return _stamp(dt.datetime.now(dt.UTC))
 
 
 class ChannelLedger:
-    """The cursor and unanswered turns of one app account."""
+    """The cursor and the turns of one app account."""
 
-    def __init__(self, store: Store, channel: str, account: str) -> None:
+    def __init__(self, store: Store, channel: str, account: str, codec: EventCodec) -> None:
         self.db = store
         self.key = (channel, account)
+        self.codec = codec
 
     def _cursor(self) -> str | None:
         rows = self.db.query(
@@ -59,41 +86,56 @@ class ChannelLedger:
             (*self.key, cursor, _now()),
         )
 
-    def _save_cursor(self, cursor: str) -> None:
-        with self.db.transaction(durable=False) as conn:
+    def _save_cursor(self, cursor: str, durable: bool) -> None:
+        with self.db.transaction(durable=durable) as conn:
             self._save(conn, cursor)
 
-    def _stored(
-        self, cursor: str | None, message_id: int, events: Sequence[tuple[str, dict[str, Any]]]
-    ) -> None:
+    def _stored(self, cursor: str | None, message_id: int, events: Sequence[InboundEvent]) -> None:
+        now = dt.datetime.now(dt.UTC)
+        rows = [(*self.key, e.message_id, message_id, json.dumps(self.codec.encode(e)),
+                 _stamp(now)) for e in events]  # fmt: skip
         with self.db.transaction(durable=True) as conn:
             if cursor is not None:
                 self._save(conn, cursor)
             conn.executemany(
                 "INSERT OR REPLACE INTO channel_turns "
-                "(channel, account, event_id, message_id, event, created_at) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                [(*self.key, eid, message_id, json.dumps(e), _now()) for eid, e in events],
+                "(channel, account, event_id, message_id, event, created_at, answered_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, NULL)",
+                rows,
+            )
+            conn.execute(
+                "DELETE FROM channel_turns WHERE channel = ? AND account = ? AND answered_at < ?",
+                (*self.key, _stamp(now - dt.timedelta(days=KEEP_DAYS))),
             )
 
     def _answered(self, event_ids: Sequence[str]) -> None:
+        now = _now()
         with self.db.transaction(durable=True) as conn:
             conn.executemany(
-                "DELETE FROM channel_turns WHERE channel = ? AND account = ? AND event_id = ?",
-                [(*self.key, eid) for eid in event_ids],
+                "UPDATE channel_turns SET answered_at = ?, event = '{}' WHERE channel = ? "
+                "AND account = ? AND event_id = ? AND answered_at IS NULL",
+                [(now, *self.key, eid) for eid in event_ids],
             )
+
+    def _has(self, event_id: str) -> bool:
+        rows = self.db.query(
+            "SELECT 1 FROM channel_turns WHERE channel = ? AND account = ? AND event_id = ?",
+            (*self.key, event_id),
+        )
+        return bool(rows)
 
     def _unanswered(self) -> list[Unanswered]:
         rows = self.db.query(
             "SELECT event_id, message_id, event FROM channel_turns "
-            "WHERE channel = ? AND account = ? ORDER BY message_id, rowid",
+            "WHERE channel = ? AND account = ? AND answered_at IS NULL ORDER BY message_id, rowid",
             self.key,
         )
-        turns: dict[int, list[tuple[str, dict[str, Any]]]] = {}
+        turns: dict[int, list[tuple[str, InboundEvent]]] = {}
         for event_id, message_id, event in rows:
-            turns.setdefault(int(message_id), []).append((str(event_id), json.loads(event)))
+            decoded = self.codec.decode(json.loads(event))
+            turns.setdefault(int(message_id), []).append((str(event_id), decoded))
         return [
-            Unanswered(tuple(e for e, _ in items), mid, tuple(j for _, j in items))
+            Unanswered(tuple(e for e, _ in items), mid, tuple(ev for _, ev in items))
             for mid, items in turns.items()
         ]
 
@@ -101,19 +143,24 @@ class ChannelLedger:
         """The saved cursor, or None before the first one."""
         return await asyncio.to_thread(self._cursor)
 
-    async def save_cursor(self, cursor: str) -> None:
-        """Move the cursor past events that started no turn (not fsynced: a replay of those
-        after a power cut starts no turn either)."""
-        await asyncio.to_thread(self._save_cursor, cursor)
+    async def save_cursor(self, cursor: str, *, durable: bool = False) -> None:
+        """Move the cursor on its own (``durable``: fsynced; Telegram moves it past events
+        that started no turn without, since a replay of those after a power cut starts no
+        turn either)."""
+        await asyncio.to_thread(self._save_cursor, cursor, durable)
 
     async def stored(
-        self, cursor: str | None, message_id: int, events: Sequence[tuple[str, dict[str, Any]]]
+        self, cursor: str | None, message_id: int, events: Sequence[InboundEvent]
     ) -> None:
-        """A turn's user message is committed: record its events and move the cursor."""
-        await asyncio.to_thread(self._stored, cursor, message_id, events)
+        """A turn's user message is committed: record its events (and move the cursor)."""
+        await asyncio.to_thread(self._stored, cursor, message_id, list(events))
 
     async def answered(self, event_ids: Sequence[str]) -> None:
-        await asyncio.to_thread(self._answered, event_ids)
+        await asyncio.to_thread(self._answered, list(event_ids))
+
+    async def has(self, event_id: str) -> bool:
+        """Whether ``event_id`` started a turn (answered, or still to be) that is on record."""
+        return await asyncio.to_thread(self._has, event_id)
 
     async def unanswered(self) -> list[Unanswered]:
         return await asyncio.to_thread(self._unanswered)

@@ -15,9 +15,11 @@ Invariants:
   server).
 - The sync token is saved once what its batch brought is settled (``settle``): a message
   still in a burst or queued behind its session's running turn when Luna stops is synced
-  again at the next start. A message whose turn's user message was committed is recorded
-  first (``taken``), and one on record that a later start syncs again is skipped: a restart
-  answers it once.
+  again at the next start. A message whose turn's user message was committed is on the
+  channel ledger first (``ChannelLedger.stored``), and one on the ledger that a later start
+  syncs again is skipped; a turn on the ledger but never answered (Luna stopped or died
+  during it) is answered at the next start, before the sync, in its room and thread
+  (``Channel.resume``). Each is answered once.
 - Nothing raised while handling one event stops the front-end (logged, the sync goes on);
   CancelledError propagates.
 - On stop: sync stops first (no new turns), running turns finish within
@@ -41,17 +43,16 @@ from luna.errors import ConfigError, LunaError, MatrixError
 from luna.frontends.channels.access import Access
 from luna.frontends.channels.channel import Channel, ChannelSettings
 from luna.frontends.channels.contract import InboundEvent
+from luna.frontends.channels.cursor import ChannelLedger
 from luna.frontends.channels.delivery import ScheduledDelivery
 from luna.frontends.channels.sending import LIVE_PATIENCE, attempt
 from luna.frontends.matrix.adapter import MatrixAdapter, verdict
 from luna.frontends.matrix.connection import TRUST, Connection, connect
 from luna.frontends.matrix.events import Reaction, RoomMessage
-from luna.frontends.matrix.inbound import Inbound
+from luna.frontends.matrix.inbound import CODEC, Inbound
 from luna.frontends.matrix.outbox import Outbox
 from luna.frontends.matrix.settle import TokenKeeper
 from luna.frontends.matrix.sync import SyncLoop
-from luna.frontends.matrix.sync_token import SyncTokens
-from luna.frontends.matrix.taken import TakenEvents
 from luna.observe import log_event
 
 if TYPE_CHECKING:
@@ -81,20 +82,20 @@ def access_of(cfg: Config) -> Access:
 
 class Receipts:
     """The layer's receipts: each event's fate settles it for the sync token (``settle``),
-    a committed one recorded first (``taken``); a turn's reply written, its room's typing
-    notice goes."""
+    a committed one put on the ledger first; a turn's reply written, its turn is marked
+    answered and its room's typing notice goes."""
 
-    def __init__(self, adapter: MatrixAdapter, keeper: TokenKeeper, taken: TakenEvents) -> None:
+    def __init__(self, adapter: MatrixAdapter, keeper: TokenKeeper, ledger: ChannelLedger) -> None:
         self.adapter = adapter
         self.keeper = keeper
-        self.taken = taken
+        self.ledger = ledger
 
     def dropped(self, event: InboundEvent) -> None:
         self.keeper.settle([event.message_id])
 
     async def stored(self, events: Sequence[InboundEvent], message_id: int) -> None:
         try:  # on record before the token may pass their batch
-            await self.taken.record([e.message_id for e in events])
+            await self.ledger.stored(None, message_id, events)
         finally:  # a failed record must not hold the token back: at worst, answered twice
             self.keeper.settle(e.message_id for e in events)
             await self.keeper.flush()
@@ -102,6 +103,7 @@ class Receipts:
     async def answered(self, events: Sequence[InboundEvent]) -> None:
         self.keeper.settle(e.message_id for e in events)  # a turn that never stored its message
         await self.keeper.flush()
+        await self.ledger.answered([e.message_id for e in events])
         room = events[0].conversation
         await attempt("matrix", "typing", lambda: self.adapter.stop_typing(room),
                       patience=LIVE_PATIENCE)  # fmt: skip
@@ -126,7 +128,7 @@ class MatrixFrontend:
         self.cfg = cfg
         self.agent = agent
         self.intake = intake
-        self.tokens = SyncTokens(memory.store)
+        self.memory = memory
         self.deliveries = deliveries
         self.access = access_of(cfg)
         self.conn: Connection | None = None
@@ -137,7 +139,7 @@ class MatrixFrontend:
         self.ready = asyncio.Event()  # logged in and syncing (tests wait for it)
         self.sync: SyncLoop | None = None
         self.keeper: TokenKeeper | None = None
-        self.taken: TakenEvents | None = None
+        self.ledger: ChannelLedger | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
         m = self.cfg.matrix
@@ -151,16 +153,14 @@ class MatrixFrontend:
             max_attachment_bytes=m.max_attachment_bytes,
             approval_timeout=self.cfg.tools.approval_timeout,
         )
-        self.keeper = TokenKeeper(
-            self.tokens, conn.user_id, max_hold=2 * self.cfg.agent.turn_timeout
-        )
-        self.taken = TakenEvents(self.tokens.db, conn.user_id)
+        self.ledger = ledger = ChannelLedger(self.memory.store, "matrix", conn.user_id, CODEC)
+        self.keeper = TokenKeeper(ledger, max_hold=2 * self.cfg.agent.turn_timeout)
         self.channel = Channel(
             self.adapter,
             self.agent,
             self.access,
             settings,
-            Receipts(self.adapter, self.keeper, self.taken),
+            Receipts(self.adapter, self.keeper, ledger),
             intake=self.intake,
         )
         self.sync = SyncLoop(
@@ -173,6 +173,7 @@ class MatrixFrontend:
         )
         if self.deliveries is not None:
             self.deliveries.register("matrix", ScheduledDelivery(self.adapter))
+        await self.channel.resume(ledger)  # before the sync, which may bring their events again
         log_event("matrix_ready", user_id=conn.user_id, device_id=conn.device_id)
         self.ready.set()
         syncing = asyncio.create_task(self.sync.run(stop), name="matrix-sync")
@@ -216,8 +217,8 @@ class MatrixFrontend:
 
     async def deliver(self, item: RoomMessage | Reaction) -> None:
         """One message or reaction from the sync (never raises but CancelledError)."""
-        channel, inbound, taken = self.channel, self.inbound, self.taken
-        if channel is None or inbound is None or taken is None:
+        channel, inbound, ledger = self.channel, self.inbound, self.ledger
+        if channel is None or inbound is None or ledger is None:
             raise MatrixError("the Matrix front-end is not connected")
         try:
             if isinstance(item, Reaction):
@@ -229,7 +230,7 @@ class MatrixFrontend:
             if item.reply_to and allow is not None:
                 if channel.approvals.answer(item.reply_to, item.sender, allow) != "unknown":
                     return  # an answer to a prompt, never a message to the model
-            if await taken.has(item.event_id):  # synced again after a restart: answered once
+            if await ledger.has(item.event_id):  # synced again after a restart: one turn
                 log_event("matrix_taken_before", event_id=item.event_id)
                 return
             event = await inbound.event_of(item)

@@ -4,7 +4,8 @@
 Job: :class:`Inbound` adds what one event does not say by itself (is the room direct, does
 the message reply to one of Luna's events, is its thread one she answers in) and translates;
 :func:`incoming_file` describes a message's ``mxc://`` file for the layer, downloaded (and
-decrypted) only when read.
+decrypted) only when read. :data:`CODEC` keeps an event in the channel ledger for a turn a
+restart must finish.
 
 Invariants:
 - A direct room (Luna and one other member) is private: every message addresses her. In a
@@ -16,11 +17,15 @@ Invariants:
   bigger room as a reply to the message (``conversation.Room``).
 - A file over ``cap`` bytes, or one that cannot be had or decrypted, raises ``ChannelError``
   when read (the layer says so in one line); ``read_capped`` stops past its limit.
+- An event read back from the ledger answers where the original would have: the same room,
+  thread and replied-to event (encrypted or not is the room's, asked when sending). Its
+  files are not kept: the resumed turn reads them from the stored message.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import httpx
 from mautrix.client import Client
@@ -29,6 +34,7 @@ from mautrix.types import EventID, RoomID
 
 from luna.errors import MatrixError
 from luna.frontends.channels.contract import ChannelError, InboundEvent, IncomingFile
+from luna.frontends.channels.cursor import EventCodec
 from luna.frontends.matrix.adapter import remember
 from luna.frontends.matrix.conversation import Room, session_of
 from luna.frontends.matrix.events import MatrixFile, RoomMessage
@@ -50,6 +56,45 @@ def incoming_file(http: httpx.AsyncClient, token: str, file: MatrixFile, cap: in
 
     return IncomingFile(file.name, file.declared_size or 0, file.declared_mime, read, file.kind,
                         read_capped)  # fmt: skip
+
+
+def event_json(event: InboundEvent) -> dict[str, Any]:
+    """What a restarted Luna needs of an event to answer it."""
+    room: Room = event.conversation
+    return {
+        "event_id": event.message_id,
+        "sender": event.author_id,
+        "room_id": room.room_id,
+        "thread_root": room.thread_root,
+        "reply_to": room.reply_to,
+        "session_id": event.session_id,
+        "text": event.text,
+        "is_private": event.is_private,
+        "address": event.address,
+    }
+
+
+def event_from_json(data: dict[str, Any]) -> InboundEvent:
+    def text_or_none(key: str) -> str | None:
+        value = data.get(key)
+        return str(value) if value else None
+
+    return InboundEvent(
+        message_id=str(data["event_id"]),
+        author_id=str(data["sender"]),
+        author_is_bot=False,
+        conversation=Room(
+            str(data["room_id"]), text_or_none("thread_root"), text_or_none("reply_to")
+        ),
+        session_id=str(data["session_id"]),
+        text=str(data.get("text", "")),
+        is_private=bool(data.get("is_private")),
+        addressed=True,
+        address=dict(data.get("address") or {}),
+    )
+
+
+CODEC = EventCodec(event_json, event_from_json)
 
 
 class Inbound:

@@ -1,9 +1,10 @@
 """When a Matrix sync token may be saved: once every message of its batch, and of every batch
 before it, is settled.
 
-Job: :class:`TokenKeeper` stands between the sync loop and ``sync_token``: the loop hands it
+Job: :class:`TokenKeeper` stands between the sync loop and the channel layer's ledger, whose
+cursor the token is (``ChannelLedger``, account ``matrix``/the bot's user id): the loop hands it
 each batch's ``next_batch`` (:meth:`batch_done`) along with the messages of that batch the
-channel layer admitted (:meth:`hold`); the layer's receipts settle them (:class:`Settled`).
+channel layer admitted (:meth:`hold`); the layer's receipts settle them (:meth:`settle`).
 The newest token with nothing unsettled at or before it is saved.
 
 Invariants:
@@ -18,7 +19,11 @@ Invariants:
   (``matrix_sync_unsettled``), so one lost receipt cannot hold the token back for good.
 - A batch holding a message answered before the stop and one not yet settled is synced
   again as a whole (two sessions' messages in one sync batch, and a stop between their
-  turns); the answered one is on record by then (``taken``) and the front-end skips it.
+  turns); the answered one is on the ledger by then and the front-end skips it.
+- The token is the ledger's cursor, saved on its own (fsynced), never with a turn: unlike
+  Telegram's offset, it may pass a committed message only once the rest of its batch has
+  settled, so the turn's rows go first (``ChannelLedger.stored``) and the token later. No
+  saved token means Luna never synced this account: the first sync's timeline is history.
 """
 
 from __future__ import annotations
@@ -28,16 +33,15 @@ import time
 from collections import deque
 from collections.abc import Iterable
 
-from luna.frontends.matrix.sync_token import SyncTokens
+from luna.frontends.channels.cursor import ChannelLedger
 from luna.observe import log_event
 
 
 class TokenKeeper:
     """The sync token of one bot account, saved when its batch has settled."""
 
-    def __init__(self, tokens: SyncTokens, user_id: str, *, max_hold: float) -> None:
-        self.tokens = tokens
-        self.user_id = user_id
+    def __init__(self, ledger: ChannelLedger, *, max_hold: float) -> None:
+        self.ledger = ledger
         self.max_hold = max_hold
         self._since: dict[str, float] = {}  # message id -> when it was held (monotonic)
         self._current: set[str] = set()  # admitted messages of the batch being handled
@@ -46,7 +50,7 @@ class TokenKeeper:
         self._lock = asyncio.Lock()
 
     async def load(self) -> str | None:
-        return await self.tokens.load(self.user_id)
+        return await self.ledger.cursor()
 
     def hold(self, event_id: str) -> None:
         """The layer admitted ``event_id`` from the batch being handled."""
@@ -82,4 +86,4 @@ class TokenKeeper:
             while self._batches and not self._batches[0][1]:
                 newest = self._batches.popleft()[0]
             if newest is not None:
-                await self.tokens.save(self.user_id, newest)
+                await self.ledger.save_cursor(newest, durable=True)

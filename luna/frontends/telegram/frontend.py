@@ -41,7 +41,7 @@ from luna.frontends.telegram.adapter import NO, YES, TelegramAdapter
 from luna.frontends.telegram.calls import SetupError, call
 from luna.frontends.telegram.offsets import Offsets, TelegramReceipts
 from luna.frontends.telegram.polling import MAX_BACKOFF, poll
-from luna.frontends.telegram.updates import ID_PREFIX, event_from_json, event_of
+from luna.frontends.telegram.updates import CODEC, ID_PREFIX, event_of
 from luna.frontends.telegram.webhook import WebhookServer
 from luna.observe import log_event
 
@@ -118,14 +118,13 @@ class TelegramFrontend:
         self.channel: Channel | None = None
         self.offsets: Offsets | None = None
         self.webhook: WebhookServer | None = None
-        self._resumed: set[asyncio.Task[None]] = set()
 
     async def run(self, stop: asyncio.Event) -> None:
         try:
             if not await self._log_in(stop):
                 return
             me = self.bot.bot
-            ledger = ChannelLedger(self.memory.store, "telegram", str(me.id))
+            ledger = ChannelLedger(self.memory.store, "telegram", str(me.id), CODEC)
             self.offsets = offsets = Offsets(int(await ledger.cursor() or 0))
             receipts = TelegramReceipts(offsets, ledger)
             settings = ChannelSettings(
@@ -138,7 +137,7 @@ class TelegramFrontend:
             log.info("telegram: logged in as @%s (%s), %s", me.username, me.id,
                      self.cfg.telegram.mode)  # fmt: skip
             log_event("telegram_ready", user_id=str(me.id), mode=self.cfg.telegram.mode)
-            await self._resume(ledger)
+            await self.channel.resume(ledger)  # turns a dead process left unanswered
             if self.deliveries is not None:
                 self.deliveries.register("telegram", ScheduledDelivery(self.adapter))
             await self._serve(stop, offsets, receipts)
@@ -192,22 +191,6 @@ class TelegramFrontend:
         if reader.done() and not reader.cancelled() and reader.exception() is not None:
             raise reader.exception()  # type: ignore[misc]
 
-    async def _resume(self, ledger: ChannelLedger) -> None:
-        """Answer the turns a dead process committed but never answered."""
-        assert self.channel is not None
-        for turn in await ledger.unanswered():
-            events = [event_from_json(e) for e in turn.events]
-            speaker = self.channel.access.speaker(events[0].author_id)
-            if speaker is None:  # no longer allowed: nothing to answer
-                await ledger.answered(turn.event_ids)
-                continue
-            log_event("telegram_resume", message_id=turn.message_id, events=len(events))
-            task = asyncio.create_task(
-                self.channel.run_turn(events, speaker, stored_id=turn.message_id)
-            )
-            self._resumed.add(task)
-            task.add_done_callback(self._resumed.discard)
-
     async def handle(self, update: Update) -> None:
         """One new update: a message to the layer, a button press to its approvals."""
         assert self.channel is not None and self.offsets is not None
@@ -241,9 +224,6 @@ class TelegramFrontend:
             self.deliveries.unregister("telegram")
         if self.webhook is not None:
             await self.webhook.stop()
-        for task in list(self._resumed):
-            task.cancel()
-        await asyncio.gather(*self._resumed, return_exceptions=True)
         if self.channel is not None:
             await self.channel.aclose()
         await self.adapter.aclose()  # the downloads' client

@@ -20,7 +20,6 @@ from collections.abc import Iterable, Sequence
 
 from luna.frontends.channels.contract import InboundEvent
 from luna.frontends.channels.cursor import ChannelLedger
-from luna.frontends.telegram.updates import event_json
 
 
 class Offsets:
@@ -89,8 +88,7 @@ class TelegramReceipts:
     async def stored(self, events: Sequence[InboundEvent], message_id: int) -> None:
         self.offsets.settle(int(e.message_id) for e in events)
         offset = self.offsets.offset
-        rows = [(e.message_id, event_json(e)) for e in events]
-        await self.ledger.stored(str(offset), message_id, rows)
+        await self.ledger.stored(str(offset), message_id, events)
         self.offsets.saved = max(self.offsets.saved, offset)
 
     async def answered(self, events: Sequence[InboundEvent]) -> None:

@@ -2,7 +2,8 @@
 
 Job: :func:`event_of` translates one ``telegram.Message`` (text or caption, photos,
 documents, voice notes) for :meth:`Channel.receive`; :func:`event_json` and
-:func:`event_from_json` keep an event in the database for a turn a restart must finish.
+:func:`event_from_json` (:data:`CODEC`) keep an event in the channel ledger for a turn a
+restart must finish.
 
 Invariants:
 - The event's id is the update's ``update_id`` (what the offset acknowledges); replays of
@@ -26,6 +27,7 @@ from urllib.parse import urlsplit
 from telegram import Bot, Message, MessageEntity
 
 from luna.frontends.channels.contract import ChannelError, InboundEvent, IncomingFile
+from luna.frontends.channels.cursor import EventCodec
 from luna.frontends.channels.download import Downloads, fetch_capped, read_local_capped
 from luna.frontends.telegram.calls import call
 from luna.frontends.telegram.conversation import Chat, session_of
@@ -156,3 +158,6 @@ def event_from_json(data: dict[str, Any]) -> InboundEvent:
         addressed=True,
         address=dict(data.get("address") or {}),
     )
+
+
+CODEC = EventCodec(event_json, event_from_json)

@@ -15,7 +15,8 @@ Invariants:
   go only while its session's id is in ``forgetting``, a row that lives inside this
   transaction alone (migration ``m015_forget_sessions``).
 - Refused (SessionInUseError) while a chat app's turn of the session is acknowledged but not
-  answered (``channel_turns``), and, when ``turn_may_run``, while its last turn is open (the
+  answered (``channel_turns`` with no ``answered_at``; its answered turns' rows go with it),
+  and, when ``turn_may_run``, while its last turn is open (the
   last message a user's, a tool's or a tool call) and younger than ``turn_timeout``: a turn
   of another process may still be writing to it.
 - A memory superseded by a forgotten one is live again (``superseded_by`` is set NULL by the
@@ -146,6 +147,11 @@ def forget_session(
                WHERE message_id IN (SELECT id FROM messages WHERE session_id = ?)""",
             (session_id,),
         )
+        conn.execute(
+            """DELETE FROM channel_turns
+               WHERE message_id IN (SELECT id FROM messages WHERE session_id = ?)""",
+            (session_id,),
+        )
         messages = conn.execute("DELETE FROM messages WHERE session_id = ?", (session_id,)).rowcount
         conn.execute("DELETE FROM session_heads WHERE session_id = ?", (session_id,))
         conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
@@ -208,8 +214,8 @@ def _check_idle(
     conn: db.Connection, session_id: str, turn_may_run: bool, turn_timeout: float
 ) -> None:
     waiting = conn.execute(
-        """SELECT count(*) FROM channel_turns
-           WHERE message_id IN (SELECT id FROM messages WHERE session_id = ?)""",
+        """SELECT count(*) FROM channel_turns WHERE answered_at IS NULL
+           AND message_id IN (SELECT id FROM messages WHERE session_id = ?)""",
         (session_id,),
     ).fetchone()[0]
     if waiting:

@@ -364,6 +364,26 @@ MIGRATIONS: list[Migration] = [
         ],
     ),
     (
+        "m014_channel_turns_answered",
+        [
+            # A chat app's turns stay on record a while after they are answered
+            # (luna.frontends.channels.cursor): ``answered_at`` is set instead of the row being
+            # deleted, so an app that is handed an event again (Matrix) recognises it. That
+            # makes ``matrix_taken`` a copy of ``channel_turns``, and Matrix's sync token is
+            # the ledger's cursor like Telegram's offset: both move there and go.
+            "ALTER TABLE channel_turns ADD COLUMN answered_at TEXT",
+            "CREATE INDEX channel_turns_answered ON channel_turns(answered_at)",
+            """INSERT OR IGNORE INTO channel_cursors (channel, account, cursor, updated_at)
+               SELECT 'matrix', user_id, next_batch, updated_at FROM matrix_sync""",
+            """INSERT OR IGNORE INTO channel_turns
+               (channel, account, event_id, message_id, event, created_at, answered_at)
+               SELECT 'matrix', user_id, event_id, 0, '{}', created_at, created_at
+               FROM matrix_taken""",
+            "DROP TABLE matrix_taken",
+            "DROP TABLE matrix_sync",
+        ],
+    ),
+    (
         "m015_forget_sessions",
         [
             # A session the user forgets is deleted with everything derived from it

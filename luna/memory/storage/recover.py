@@ -11,6 +11,9 @@ Invariants:
   types and constraints, checked by inserting it); an orphan leaf page goes to the one table
   all of its rows fit, or is left out when none or several do. Ids are kept, and
   ``sqlite_sequence`` too, so an id a lost row had is never given again.
+- Rows of a table a later migration folded into another (``m014``: Matrix's ``matrix_sync``
+  token and ``matrix_taken`` events, now the channel ledger's) go where that migration put
+  them, so a file damaged before the upgrade keeps them too.
 - Derived tables are rebuilt, never copied: ``docs`` and ``docs_fts`` from the messages,
   memories and summaries, as the log writes them; vectors are left to the indexer (every doc
   ``embedded = 0``: embedded when Luna next starts on the file).
@@ -49,10 +52,8 @@ BASE_TABLES = (
     "hook_events",
     "message_attachments",
     "image_descriptions",
-    "matrix_sync",
     "channel_cursors",
     "channel_turns",
-    "matrix_taken",
 )
 SQLITE_HEADER = b"SQLite format 3\x00"
 REPORTED = ("messages", "memories", "sessions", "summaries", "scheduled_tasks")
@@ -262,6 +263,7 @@ def _build(found: Salvage, tmp: Path) -> tuple[int, int]:
                             f'INSERT OR IGNORE INTO "{table}" ({quoted}) VALUES ({marks})',
                             list(record.values()),
                         )
+            _fold_older_tables(tx, found)
             _restore_sequence(tx, found)
             _orphan_sessions(tx)
             _reindex(store, tx)
@@ -310,6 +312,39 @@ def _constraints_hold(conn: Any, table: str, records: list[Any]) -> bool:
     finally:
         conn.execute("ROLLBACK TO probe")
         conn.execute("RELEASE probe")
+
+
+def _older_rows(found: Salvage, table: str, wanted: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """The salvaged rows of a table the current schema no longer has: ``wanted`` columns,
+    text all (a row with anything else is not one of its rows)."""
+    names = _source_columns(found, table)
+    if names is None or not set(wanted) <= set(names):
+        return []
+    out = []
+    for values in found.rows.get(table, {}).values():
+        row = dict(zip(names, values, strict=False))
+        picked = [row.get(name) for name in wanted]
+        if all(isinstance(v, str) for v in picked):
+            out.append(tuple(str(v) for v in picked))
+    return out
+
+
+def _fold_older_tables(tx: Any, found: Salvage) -> None:
+    """What ``m014_channel_turns_answered`` moved, moved the same way."""
+    sync = _older_rows(found, "matrix_sync", ("user_id", "next_batch", "updated_at"))
+    for user, token, at in sync:
+        tx.execute(
+            "INSERT OR IGNORE INTO channel_cursors (channel, account, cursor, updated_at) "
+            "VALUES ('matrix', ?, ?, ?)",
+            (user, token, at),
+        )
+    taken = _older_rows(found, "matrix_taken", ("user_id", "event_id", "created_at"))
+    for user, event, at in taken:
+        tx.execute(
+            "INSERT OR IGNORE INTO channel_turns (channel, account, event_id, message_id, event, "
+            "created_at, answered_at) VALUES ('matrix', ?, ?, 0, '{}', ?, ?)",
+            (user, event, at, at),
+        )
 
 
 def _restore_sequence(tx: Any, found: Salvage) -> None:

@@ -71,8 +71,11 @@ class World:
     matrix: dict[str, Any] = field(default_factory=dict)
     luna: Luna | None = None
 
-    async def start_luna(self, *, clock: Any = None, **matrix: Any) -> Luna:
-        """Luna on the data folder (the scheduler too, on ``clock``, when one is given)."""
+    async def start_luna(
+        self, *, clock: Any = None, agent: dict[str, Any] | None = None, **matrix: Any
+    ) -> Luna:
+        """Luna on the data folder (the scheduler too, on ``clock``, when one is given;
+        ``agent``: settings of the ``[agent]`` section)."""
         m = {
             "homeserver": self.synapse.url,
             "user_id": self.bot.user_id,
@@ -83,7 +86,7 @@ class World:
         }
         m.update(self.matrix | matrix)
         cfg = self.make_config(
-            {"matrix": m, "llm": {"max_retries": 0}},
+            {"matrix": m, "llm": {"max_retries": 0}, "agent": agent or {}},
             env={"MATRIX_ACCESS_TOKEN": self.bot.access_token},
         )
         memory = Memory(cfg.memory)

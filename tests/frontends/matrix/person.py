@@ -182,7 +182,14 @@ class Person:
         return sorted(originals.values(), key=lambda m: m["ts"])
 
     async def answer(
-        self, room_id: str, sender: str, expected: str, count: int = 1, *, prefix: bool = False
+        self,
+        room_id: str,
+        sender: str,
+        expected: str,
+        count: int = 1,
+        *,
+        prefix: bool = False,
+        within: float = WAIT_S,
     ):
         """Until ``sender``'s latest ``count`` messages end with ``expected`` as the last one's
         final text (with ``prefix``: its text so far starts with it); the messages."""
@@ -194,4 +201,4 @@ class Person:
                 return msgs
             return None
 
-        return await self.wait_until(done)
+        return await self.wait_until(done, within)

@@ -1,6 +1,7 @@
 """A restart between an update and its reply: a real ``python -m luna`` killed with SIGKILL
 after it acknowledged the update (its user message committed), then started again: the
-message is answered exactly once and logged once."""
+message is answered exactly once and logged once; a turn left by someone no longer allowed
+is not answered."""
 
 from __future__ import annotations
 
@@ -10,11 +11,17 @@ import signal
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from luna.config import Config
+from luna.frontends.channels.cursor import ChannelLedger
+from luna.frontends.telegram.updates import CODEC
+from luna.memory import Memory
 from tests.fakes.llm_server import FakeLLMServer, Reply
-from tests.fakes.telegram_server import TOKEN, FakeTelegram
-from tests.frontends.telegram.conftest import OWNER
+from tests.fakes.telegram_server import BOT_ID, TOKEN, FakeTelegram
+from tests.frontends.telegram.conftest import FRIEND, OWNER
 from tests.luna_process import data_env
 
 
@@ -88,7 +95,8 @@ async def test_telegram_kill_between_update_and_reply_answers_exactly_once(
     last = llm_server.requests[-1]["messages"]
     assert [m["content"] for m in last if m["role"] == "user"][-1].startswith("are you there?")
     with sqlite3.connect(db) as conn:
-        assert conn.execute("SELECT count(*) FROM channel_turns").fetchone() == (0,)
+        unanswered = "SELECT count(*) FROM channel_turns WHERE answered_at IS NULL"
+        assert conn.execute(unanswered).fetchone() == (0,)
 
 
 async def test_telegram_kill_before_the_message_is_committed_gets_it_again(
@@ -117,3 +125,34 @@ async def test_telegram_kill_before_the_message_is_committed_gets_it_again(
         out = stop(second)
     assert second.returncode == 0, out[-3000:]
     assert user_messages(db) == ["first try"]
+
+
+async def test_telegram_turn_left_by_someone_no_longer_allowed_is_not_answered(
+    start_luna: Callable[..., Any],
+    telegram: FakeTelegram,
+    llm_server: FakeLLMServer,
+    luna_config: Callable[..., Config],
+) -> None:
+    """A dead process left two turns unanswered: the owner's is answered at the next start;
+    the other's author was taken off ``allowed_users`` meanwhile, so it is only marked."""
+    memory = Memory(luna_config().memory)
+    await memory.open(background=False, use_vectors=False)
+    try:
+        ledger = ChannelLedger(memory.store, "telegram", str(BOT_ID), CODEC)
+        for update, who in ((7, FRIEND), (8, OWNER)):
+            session = f"tg-{who}"
+            row = {"update_id": update, "author_id": who, "chat_id": who, "thread_id": None,
+                   "session_id": session, "text": f"from {who}", "is_private": True}  # fmt: skip
+            message_id = await memory.append_message(
+                session, {"role": "user", "content": f"from {who}"}
+            )
+            await ledger.stored("9", message_id, [CODEC.decode(row)])
+    finally:
+        await memory.close()
+    llm_server.script(Reply(content="Answered after the restart."))
+    luna = await start_luna({"allowed_users": []})
+    await telegram.wait_for(lambda: telegram.shown(OWNER), within=30)
+    assert telegram.shown(OWNER) == ["Answered after the restart."]
+    assert telegram.shown(FRIEND) == [] and len(llm_server.requests) == 1
+    query = "SELECT event_id FROM channel_turns WHERE answered_at IS NOT NULL ORDER BY event_id"
+    await telegram.wait_for(lambda: luna.memory.store.query(query) == [("7",), ("8",)], within=10)
