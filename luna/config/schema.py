@@ -73,6 +73,8 @@ class LLMConfig(Section):
     connect_timeout: Annotated[float, Field(gt=0, le=300)] = 5.0
     max_retries: Annotated[int, Field(ge=0, le=10)] = 3
     retry_backoff: Annotated[float, Field(ge=0, le=60)] = 1.0
+    # Seconds between tries while the server answers that it is still loading its model.
+    loading_poll: Annotated[float, Field(gt=0, le=60)] = 1.0
     temperature: Annotated[float, Field(ge=0, le=2)] = 0.7
     max_tokens: Annotated[int, Field(ge=1, le=1_000_000)] = 4096
     # Texts that end a reply where they appear (sent as the request's "stop"); empty: none.
