@@ -300,6 +300,8 @@ class WebConfig(Section):
     # Seconds a connection has to send a request's headers, counted from when it opens or its
     # last answer ends: a connection that never finishes them is closed.
     header_timeout: Annotated[float, Field(ge=1, le=300)] = 10.0
+    # Seconds a wrong token or webhook signature waits for its 401: each guess costs time.
+    failure_delay: Annotated[float, Field(ge=0, le=10)] = 0.25
 
     @field_validator("trusted_proxies")
     @classmethod

@@ -94,7 +94,7 @@ async def web_luna(luna_config: Callable[..., Config]) -> AsyncIterator[Callable
         data: dict | None = None, *, scheduler: bool = False, env: dict[str, str] | None = None
     ) -> WebLuna:
         base = {
-            "web": {"enabled": True, "port": 0},
+            "web": {"enabled": True, "port": 0, "failure_delay": 0.01},
             "memory": {"embedding_process": False},
             "tools": {"approval_timeout": 5.0},
         }
