@@ -10,7 +10,8 @@ Invariants:
 - ``prepared_models`` is where the shared embedder finds its export: the machine's prepared
   cache (``.ci/install`` prepares it; every ``luna_config`` uses it) when it holds a checked
   export for today's cache key, else ``model_cache``.
-- Every database lives under the test's ``tmp_path``.
+- Every database lives under the test's ``tmp_path``; ``memory_config`` names
+  ``prepared_models`` as its model cache, so no test's embedding worker exports the model.
 """
 
 from __future__ import annotations
@@ -59,9 +60,13 @@ def embedder(prepared_models: Path) -> Embedder:
 
 
 @pytest.fixture
-def memory_config(tmp_path: Path) -> Callable[..., MemoryConfig]:
+def memory_config(tmp_path: Path, prepared_models: Path) -> Callable[..., MemoryConfig]:
+    """Factory of a MemoryConfig in ``tmp_path`` whose embedding worker finds the prepared
+    export (a data folder's own cache is empty: the worker would export the model first)."""
+
     def make(**overrides: object) -> MemoryConfig:
-        return MemoryConfig(db_path=tmp_path / "data" / "luna.db", **overrides)  # type: ignore[arg-type]
+        values = {"db_path": tmp_path / "data" / "luna.db", "model_cache": prepared_models}
+        return MemoryConfig(**{**values, **overrides})  # type: ignore[arg-type]
 
     return make
 
