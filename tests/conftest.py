@@ -176,6 +176,7 @@ def luna_config(tmp_path: Path, llm_server: FakeLLMServer) -> Callable[..., Conf
                 "connect_timeout": 5.0,
                 "max_retries": 2,
                 "retry_backoff": 0.01,
+                "loading_poll": 0.01,
             },
             "memory": {"db_path": str(tmp_path / "data" / "luna.db"), **PREPARED_MODEL},
             "observe": {"log_dir": str(tmp_path / "data" / "logs"), "console": False},

@@ -73,6 +73,8 @@ class LLMConfig(Section):
     connect_timeout: Annotated[float, Field(gt=0, le=300)] = 5.0
     max_retries: Annotated[int, Field(ge=0, le=10)] = 3
     retry_backoff: Annotated[float, Field(ge=0, le=60)] = 1.0
+    # Seconds between tries while the server answers that it is still loading its model.
+    loading_poll: Annotated[float, Field(gt=0, le=60)] = 1.0
     temperature: Annotated[float, Field(ge=0, le=2)] = 0.7
     max_tokens: Annotated[int, Field(ge=1, le=1_000_000)] = 4096
     # Texts that end a reply where they appear (sent as the request's "stop"); empty: none.
@@ -301,6 +303,8 @@ class WebConfig(Section):
     # Seconds a connection has to send a request's headers, counted from when it opens or its
     # last answer ends: a connection that never finishes them is closed.
     header_timeout: Annotated[float, Field(ge=1, le=300)] = 10.0
+    # Seconds a wrong token or webhook signature waits for its 401: each guess costs time.
+    failure_delay: Annotated[float, Field(ge=0, le=10)] = 0.25
 
     @field_validator("trusted_proxies")
     @classmethod

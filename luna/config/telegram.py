@@ -36,6 +36,8 @@ class TelegramConfig(Section):
     base_url: str = DEFAULT_BASE_URL  # the Bot API server (a local one, or a test's fake)
     poll_timeout: Annotated[int, Field(ge=0, le=50)] = 30  # long polling: seconds held open
     request_timeout: Annotated[float, Field(ge=1, le=300)] = 20.0
+    # Seconds before the Bot API is tried again after it could not be reached (doubling).
+    retry_backoff: Annotated[float, Field(gt=0, le=30)] = 1.0
     burst_window: Annotated[float, Field(ge=0, le=60)] = 1.5
     # Telegram allows about one message a second per chat and 20 a minute per group.
     edit_interval: Annotated[float, Field(ge=0.2, le=60)] = 2.0

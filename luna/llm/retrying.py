@@ -5,8 +5,8 @@ decides after each failure, with :mod:`luna.llm.failures`, whether to wait and s
 
 Invariants:
 - A model still loading (llama-server's 503 ``unavailable_error``) is waited for without
-  counting as a retry, bounded by the caller's ``llm.timeout`` deadline; the caller is told
-  once through ``on_status``.
+  counting as a retry, asked again every ``llm.loading_poll`` seconds and bounded by the
+  caller's ``llm.timeout`` deadline; the caller is told once through ``on_status``.
 - Connection failures, 429, 502, 503 and 504 are retried at most ``llm.max_retries`` times,
   after the server's Retry-After or an exponential backoff from ``llm.retry_backoff``; the
   first retry of a kept-alive connection the server dropped as the request went out is sent
@@ -32,7 +32,6 @@ from luna.observe import TURN_DETAIL, log_event
 
 _log = logging.getLogger(__name__)
 
-LOADING_POLL = 1.0
 WAITING_FOR_LOAD = "the LLM server is still loading its model; waiting…"
 
 T = TypeVar("T")
@@ -58,7 +57,7 @@ async def with_retries(
                     log_event("llm_wait", reason="loading", endpoint=cfg.endpoint)
                     if on_status:
                         await on_status(WAITING_FOR_LOAD)
-                await asyncio.sleep(LOADING_POLL)
+                await asyncio.sleep(cfg.loading_poll)
                 continue
             if attempt >= cfg.max_retries or not is_retryable(e):
                 raise translate(e) from e

@@ -141,7 +141,8 @@ class FakeLLMServer:
     def start(self) -> FakeLLMServer:
         self._thread = threading.Thread(
             target=self._httpd.serve_forever,
-            kwargs={"poll_interval": 0.05},
+            # how long stop() waits for the loop to notice (every test stops one)
+            kwargs={"poll_interval": 0.005},
             name="fake-llm-server",
             daemon=True,
         )

@@ -25,6 +25,7 @@ Invariants (the Bot API's documented behaviour, https://core.telegram.org/bots/a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import threading
@@ -98,6 +99,7 @@ class FakeTelegram:
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
         self._changed: asyncio.Condition | None = None
+        self._closing = asyncio.Event()  # set on exit: held requests are answered at once
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self.url = ""
 
@@ -109,7 +111,7 @@ class FakeTelegram:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
+        asyncio.run_coroutine_threadsafe(self._close(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
 
@@ -124,6 +126,13 @@ class FakeTelegram:
         await site.start()
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         self.url = f"http://127.0.0.1:{port}"
+
+    async def _close(self) -> None:
+        """Answer the requests still held (long polls, stalls) now, then stop: the server
+        waits for every request in flight before it stops."""
+        self._closing.set()
+        await self._notify()
+        await self._runner.cleanup()
 
     # ---- what a test does --------------------------------------------------------------
 
@@ -277,7 +286,8 @@ class FakeTelegram:
         try:
             if fault is not None:
                 if fault.stall:
-                    await asyncio.sleep(fault.stall)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._closing.wait(), fault.stall)
                 if fault.status:
                     raise ApiError(fault.status, fault.description, fault.retry_after)
             handler = getattr(self, f"_m_{method}", None)
@@ -331,7 +341,7 @@ class FakeTelegram:
             with self._lock:
                 ready = [u for u in self._updates if u["update_id"] >= offset][:limit]
             left = deadline - time.monotonic()
-            if ready or left <= 0:
+            if ready or left <= 0 or self._closing.is_set():
                 with self._lock:
                     self.delivered.extend(u["update_id"] for u in ready)
                 return ready

@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import socket
+import ssl
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from luna.errors import (
     LLMUnreachableError,
 )
 from luna.llm.client import LLMClient, normalize_messages
+from luna.llm.transport import shared_tls
 from luna.messages import ToolCall
 from tests.fakes.llm_server import FakeLLMServer, Reply, loading_error
 
@@ -595,3 +597,10 @@ async def test_llm_retries_a_connection_closed_before_any_answer(
     assert len(llm_server.requests) == 2
     (retry,) = [r for r in caplog.records if "retry" in r.getMessage()]
     assert retry.getMessage().endswith("in 0.00s")  # a fresh connection needs no backoff
+
+
+def test_llm_clients_share_one_tls_context_that_verifies() -> None:
+    tls = shared_tls()
+    assert tls is shared_tls()  # built once: loading the CA bundle costs 30-40 ms a client
+    assert tls.verify_mode == ssl.CERT_REQUIRED and tls.check_hostname
+    assert tls.cert_store_stats()["x509_ca"] > 0  # the CA bundle is loaded

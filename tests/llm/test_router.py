@@ -21,6 +21,7 @@ from luna.llm.vision import IMAGE_WITHHELD
 from luna.memory import Memory
 from luna.memory.librarian import Librarian
 from luna.messages import InboundMessage, TurnDone
+from tests.conftest import PREPARED_MODEL
 from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.fakes.tools import echo_registry
 from tests.real_llama import ALIAS, RealLlama
@@ -35,6 +36,7 @@ def servers_config(tmp_path: Path, servers: list[dict[str, Any]], **llm: Any) ->
             "db_path": str(tmp_path / "data" / "luna.db"),
             "compact_every_messages": 4,
             "retain_messages": 2,
+            **PREPARED_MODEL,  # the machine's export (a data folder of its own makes one)
         },
         "observe": {"log_dir": str(tmp_path / "data" / "logs"), "console": False},
         "agent": {"workspace": str(tmp_path / "ws")},

@@ -123,7 +123,7 @@ class SlowPage:
 
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/slow"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.005,), daemon=True)
 
     def __enter__(self) -> SlowPage:
         self.thread.start()

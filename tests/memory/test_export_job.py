@@ -20,7 +20,7 @@ MODEL = "all-MiniLM-L6-v2"
 def test_prepare_never_starts_a_second_export_while_one_holds_the_lock(tmp_path: Path) -> None:
     with export_job.holding_lock(tmp_path, MODEL, 384):
         assert export_job.is_under_way(tmp_path, MODEL, 384)
-        outcome = export_job.prepare(tmp_path, MODEL, 384, timeout=1.0)
+        outcome = export_job.prepare(tmp_path, MODEL, 384, timeout=0.3)  # two polls
         assert not outcome.ok and "still under way" in outcome.detail
         assert not export_job.log_path(tmp_path, MODEL, 384).exists()  # nothing was started
     assert not export_job.is_under_way(tmp_path, MODEL, 384)
@@ -48,17 +48,18 @@ def test_exporter_that_waited_for_the_lock_finds_the_entry_and_exits(tmp_path: P
 
 def test_prepare_waits_for_an_export_under_way_and_reports_it(tmp_path: Path) -> None:
     key = cache.cache_key(MODEL, 384)
-    released = threading.Event()
+    holding, released = threading.Event(), threading.Event()
 
     def other_export() -> None:
         with export_job.holding_lock(tmp_path, MODEL, 384):
-            time.sleep(1.0)
+            holding.set()
+            time.sleep(0.6)  # the export under way, while prepare() below waits for it
             cache.publish(cache.new_tmp_dir(tmp_path, key), tmp_path, key, cache.MANIFEST, {})
         released.set()
 
     worker = threading.Thread(target=other_export)
     worker.start()
-    time.sleep(0.2)
+    assert holding.wait(10)
     outcome = export_job.prepare(tmp_path, MODEL, 384, timeout=30.0)
     worker.join()
     assert released.is_set() and outcome.ok

@@ -181,7 +181,7 @@ def web() -> Iterator[WebServer]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), None)  # type: ignore[arg-type]
     state = WebServer(port=server.server_address[1])
     server.RequestHandlerClass = _handler(state)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.005,), daemon=True)
     thread.start()
     try:
         yield state

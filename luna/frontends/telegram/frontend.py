@@ -147,9 +147,10 @@ class TelegramFrontend:
             await self._close()
 
     async def _log_in(self, stop: asyncio.Event) -> bool:
-        """getMe until it works (Telegram unreachable at boot is waited out, doubling to
-        ``MAX_BACKOFF``); False when stopped first. A refused token raises SetupError."""
-        backoff = 1.0
+        """getMe until it works (Telegram unreachable at boot is waited out, from
+        ``telegram.retry_backoff`` doubling to ``MAX_BACKOFF``); False when stopped first.
+        A refused token raises SetupError."""
+        backoff = self.cfg.telegram.retry_backoff
         while not stop.is_set():
             try:
                 await call(self.bot.initialize())
@@ -177,6 +178,7 @@ class TelegramFrontend:
                 receipts,
                 self.handle,
                 hold=self.cfg.telegram.poll_timeout,
+                retry_backoff=self.cfg.telegram.retry_backoff,
                 stop=stop,
             )  # fmt: skip
         )

@@ -7,9 +7,9 @@ Invariants:
 - While turns are still committing, Telegram sends the unsettled updates again; those are
   refused by ``Offsets.receive``, and the loop waits for a settle (at most ``IDLE_WAIT``)
   instead of spinning.
-- Network failures and flood waits are waited out (doubling backoff to ``MAX_BACKOFF``;
-  ``retry_after`` as given); a refused token or a conflicting reader ends the loop with a
-  ``SetupError``.
+- Network failures and flood waits are waited out (a backoff from ``retry_backoff``,
+  doubling to ``MAX_BACKOFF``; ``retry_after`` as given); a refused token or a conflicting
+  reader ends the loop with a ``SetupError``.
 """
 
 from __future__ import annotations
@@ -39,9 +39,10 @@ async def poll(
     handle: Callable[[Update], Awaitable[None]],
     *,
     hold: int,
+    retry_backoff: float,
     stop: asyncio.Event,
 ) -> None:
-    backoff = 1.0
+    backoff = retry_backoff
     while not stop.is_set():
         try:
             updates = await call(
@@ -62,7 +63,7 @@ async def poll(
             await asyncio.sleep(backoff)
             backoff = min(MAX_BACKOFF, backoff * 2)
             continue
-        backoff = 1.0
+        backoff = retry_backoff
         new = [u for u in updates if offsets.receive(u.update_id)]
         for update in new:
             await handle(update)

@@ -58,7 +58,6 @@ HOST_COOKIE = "__Host-luna_login"  # over HTTPS
 CSRF_HEADER = "X-CSRF-Token"
 LOGIN_TTL_S = 7 * 86_400
 MAX_LOGINS = 64
-FAILURE_DELAY_S = 0.25
 URL_TOKEN_PARAMS = ("token", "access_token", "api_key", "key", "auth")
 AUTH: web.RequestKey[str] = web.RequestKey("luna_auth", str)  # "bearer" or "cookie"
 PUBLIC_PATHS = ("/", "/login", "/favicon.ico")
@@ -124,11 +123,12 @@ class Logins:
 class Guard:
     """The token, the logins, the attempt throttle and the proxy rule of one web front-end."""
 
-    def __init__(self, token: str, trusted_proxies: list[str] | None = None) -> None:
+    def __init__(self, token: str, trusted_proxies: list[str], *, failure_delay: float) -> None:
         self._token = token.encode()
+        self.failure_delay = failure_delay  # seconds a wrong token waits (web.failure_delay)
         self.logins = Logins()
         self.throttle = Throttle()
-        self.peers = Peers(trusted_proxies or [])
+        self.peers = Peers(trusted_proxies)
 
     def is_token(self, candidate: str) -> bool:
         return hmac.compare_digest(candidate.encode(), self._token)
@@ -139,7 +139,7 @@ class Guard:
         if isinstance(candidate, str) and self.is_token(candidate):
             self.throttle.refund(source)
             return True
-        await asyncio.sleep(FAILURE_DELAY_S)
+        await asyncio.sleep(self.failure_delay)
         return False
 
     def cookie_name(self, request: web.Request) -> str:

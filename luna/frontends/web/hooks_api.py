@@ -38,7 +38,6 @@ from luna.hooks.store import HookEvent, HookStore
 from luna.hooks.worker import HookWorker
 from luna.observe import log_event
 
-FAILURE_DELAY_S = 0.25
 RATE_WINDOW_S = 60.0
 BUSY_RETRY_S = 5
 
@@ -109,7 +108,7 @@ class HookDoor:
         wrong = problem(hook.secret, stamp, sent, body, window=hook.replay_window)
         if wrong is not None:
             log_event("hook_refused", hook=name, status=401, source=source)
-            await asyncio.sleep(FAILURE_DELAY_S)
+            await asyncio.sleep(self.cfg.web.failure_delay)
             raise ApiError(401, wrong)
         return body, sent.strip()
 

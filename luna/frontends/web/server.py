@@ -132,7 +132,9 @@ class WebFrontend:
             agent=parts.agent,
             memory=parts.memory,
             registry=parts.registry,
-            guard=Guard(cfg.web.token, cfg.web.trusted_proxies),
+            guard=Guard(
+                cfg.web.token, cfg.web.trusted_proxies, failure_delay=cfg.web.failure_delay
+            ),
             hub=hub,
             broker=broker,
             runner=runner,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+import functools
 import random
 import re
 
@@ -12,18 +14,29 @@ from luna.frontends.channels.split import CLOSE, FENCE, split_message, split_pie
 LANG = re.compile(r"[A-Za-z0-9_+#.\-]{1,32}(?=\n|$)")
 
 
-def open_lang_at(text: str, pos: int) -> str | None:
-    """Independent scan: language of the code block open at offset ``pos``, or None."""
+@functools.lru_cache(maxsize=2)
+def _fences(text: str) -> tuple[list[int], list[str | None]]:
+    """Independent scan, once per text: where each fence ends, and the language of the code
+    block open after it (None: none open)."""
+    ends: list[int] = []
+    langs: list[str | None] = []
     lang: str | None = None
     for m in re.finditer(re.escape(FENCE), text):
-        if m.end() > pos:
-            break
         if lang is None:
             found = LANG.match(text, m.end())
             lang = found.group() if found else ""
         else:
             lang = None
-    return lang
+        ends.append(m.end())
+        langs.append(lang)
+    return ends, langs
+
+
+def open_lang_at(text: str, pos: int) -> str | None:
+    """Language of the code block open at offset ``pos`` (after the fences ending by it)."""
+    ends, langs = _fences(text)
+    passed = bisect.bisect_right(ends, pos)
+    return langs[passed - 1] if passed else None
 
 
 def check(text: str, limit: int = 2000) -> list[str]:

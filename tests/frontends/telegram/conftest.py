@@ -66,6 +66,7 @@ def telegram_section(server: FakeTelegram, **extra: Any) -> dict[str, Any]:
         "edit_interval": 0.2,
         "poll_timeout": 1,
         "request_timeout": 5.0,
+        "retry_backoff": 0.01,
     }
     section.update(extra)
     return section
