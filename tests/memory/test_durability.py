@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from luna.config import MemoryConfig
@@ -21,7 +22,20 @@ from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.luna_process import REPO, data_env
 
 
-async def test_turn_syncs_at_its_two_ends_not_per_write(memory: Memory) -> None:
+async def test_turn_syncs_at_its_two_ends_not_per_write(
+    memory_config: Callable[..., MemoryConfig],
+) -> None:
+    # No background indexer: its vector writes are derived (durable=False, recomputed if
+    # lost) and could land after the closing sync, which this test would read as the turn's.
+    memory = Memory(memory_config())
+    await memory.open(background=False)
+    try:
+        await _turn_syncs_at_its_two_ends(memory)
+    finally:
+        await memory.close()
+
+
+async def _turn_syncs_at_its_two_ends(memory: Memory) -> None:
     store = memory.store
     mid = await memory.append_message("s", {"role": "user", "content": "list my files"})
     assert not store.has_unsynced  # the user's message: fsynced before it returned
