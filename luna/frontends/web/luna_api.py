@@ -111,7 +111,8 @@ async def session_footprint(request: web.Request) -> web.Response:
 
 async def forget_session(request: web.Request) -> web.Response:
     """``DELETE /api/sessions/{id}[?keep_memories=1]`` (as ``luna sessions forget --yes``):
-    the session and what came from it, files included; 409 while a turn runs in it."""
+    the session and what came from it, files included; 409 while a turn runs in it. The event
+    stream says ``session_forgotten``, so a page showing it elsewhere moves on."""
     st = state(request)
     sid = _any_session_id(request)
     keep = request.query.get("keep_memories", "") in ("1", "true")
@@ -124,6 +125,7 @@ async def forget_session(request: web.Request) -> web.Response:
         return error(404, str(e))
     except SessionInUseError as e:
         return error(409, str(e))
+    st.hub.publish({"type": "session_forgotten", "session_id": sid})  # other open pages
     rows = outcome.rows
     return web.json_response(
         {

@@ -99,6 +99,14 @@ async def test_forget_session_from_the_page_removes_it_its_file_and_memory(
     assert await focused(page) == "forget-session"
     assert await page.locator(f"#session-list li[data-id='{session}']").count() == 1
 
+    # A second window on the same session moves on when the first one forgets it.
+    other = await page.context.new_page()
+    other_errors: list[str] = []
+    other.on("pageerror", lambda e: other_errors.append(str(e)))
+    await other.goto(luna_web.url + "/")
+    await other.wait_for_selector("#connection.live")
+    assert await other.text_content("#session-title") == f"session {session}"
+
     await button.click()
     await dialog.wait_for()
     await page.click("#forget-confirm")
@@ -117,6 +125,14 @@ async def test_forget_session_from_the_page_removes_it_its_file_and_memory(
     assert await page.locator("#messages .msg").count() == 0
     assert await button.is_hidden()
     await shot(page, "forget-02-forgotten")
+    await other.wait_for_selector(f"#session-list li[data-id='{session}']", state="detached")
+    await other.wait_for_function(
+        "t => document.querySelector('#session-status').textContent === t",
+        arg="This session was forgotten in another window.",
+    )
+    assert await other.text_content("#session-title") != f"session {session}"
+    await other.close()
+    assert not other_errors, other_errors
 
     async with api(luna_web) as client:
         assert (await client.get(f"/api/sessions/{session}")).status_code == 404

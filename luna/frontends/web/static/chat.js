@@ -7,7 +7,7 @@ import { api } from "./api.js";
 import { approvalCard } from "./approvals.js";
 import { clearFiles, initAttachments, pendingFiles } from "./attachments.js";
 import { $, clear, el, setText, short } from "./dom.js";
-import { initForget, setForgettable } from "./forget.js";
+import { initForget, isForgettingHere, say, setForgettable } from "./forget.js";
 import { renderMarkdown } from "./markdown.js";
 
 const PAGE = 100;
@@ -196,10 +196,22 @@ async function newSession() {
   $("#input").focus();
 }
 
-// A forgotten session leaves the list; the page goes on in a new one.
+let leaving = null; // the forgotten session this page is moving away from
+
+// A forgotten session (here, or in another window: the event stream says so) leaves the list;
+// a page showing it goes on in a new session, once.
 async function afterForget(sessionId) {
-  if (current === sessionId) await newSession();
-  else await loadSessions();
+  if (current !== sessionId || leaving === sessionId) {
+    await loadSessions();
+    return;
+  }
+  leaving = sessionId;
+  try {
+    if (!isForgettingHere(sessionId)) say("This session was forgotten in another window.");
+    await newSession();
+  } finally {
+    leaving = null;
+  }
 }
 
 // ---- live events ---------------------------------------------------------------------
@@ -225,6 +237,10 @@ export function onEvent(event) {
     hellos += 1;
     // A reconnect may have missed events; a running turn of this session redraws from its own.
     if (current && (hellos > 1 || running.some((t) => t.session_id === current))) switchTo(current);
+    return;
+  }
+  if (event.type === "session_forgotten") {
+    afterForget(event.session_id);
     return;
   }
   if (event.type === "done" || event.type === "failed") loadSessions();

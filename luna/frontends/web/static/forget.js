@@ -110,7 +110,7 @@ function summary(outcome) {
 let statusTimer = null;
 
 // The outcome, in the session list's status line (read out by screen readers) for a while.
-function say(text) {
+export function say(text) {
   setText($("#session-status"), text);
   clearTimeout(statusTimer);
   statusTimer = setTimeout(() => setText($("#session-status"), ""), STATUS_MS);
@@ -148,6 +148,12 @@ async function forget() {
   dialog().close();
   say(outcome ? summary(outcome) : "That session was already forgotten.");
   await afterForget(session);
+  $("#input").focus(); // also when the event stream moved the page on while the dialog was open
+}
+
+// This page is the one forgetting ``sessionId`` (its DELETE is on its way or done).
+export function isForgettingHere(sessionId) {
+  return session === sessionId && (isBusy || hasForgotten);
 }
 
 // Show the button only for a session that has something saved.
