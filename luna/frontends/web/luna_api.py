@@ -79,13 +79,42 @@ def _session_id(request: web.Request) -> str:
     return sid
 
 
-async def forget_session(request: web.Request) -> web.Response:
-    """``DELETE /api/sessions/{id}[?keep_memories=1]`` (as ``luna sessions forget --yes``):
-    the session and what came from it, files included; 409 while a turn runs in it."""
-    st = state(request)
+def _any_session_id(request: web.Request) -> str:
+    """Any front-end's session id (a Matrix room's too), not only the web's own."""
     sid = request.match_info["session_id"]
     if not sid or len(sid) > MAX_SESSION_ID or not sid.isprintable():
-        return error(400, "invalid session id")  # any front-end's id (a Matrix room's too)
+        raise ApiError(400, "invalid session id")
+    return sid
+
+
+async def session_footprint(request: web.Request) -> web.Response:
+    """``GET /api/sessions/{id}``: what forgetting it would remove (the page's question before
+    ``DELETE``, as ``luna sessions forget`` asks): counts of messages, files and memories, the
+    first and last message's times, and the scheduled tasks made in it (they stay); 404 when
+    nothing has that id."""
+    sid = _any_session_id(request)
+    seen = await sessions.footprint(state(request).memory, sid)
+    if seen is None:
+        return error(404, f"no session {sid!r}")
+    return web.json_response(
+        {
+            "id": seen.session_id,
+            "messages": seen.messages,
+            "files": seen.files,
+            "memories": seen.memories,
+            "first_at": seen.first_at,
+            "last_at": seen.last_at,
+            "tasks": seen.tasks,
+        }
+    )
+
+
+async def forget_session(request: web.Request) -> web.Response:
+    """``DELETE /api/sessions/{id}[?keep_memories=1]`` (as ``luna sessions forget --yes``):
+    the session and what came from it, files included; 409 while a turn runs in it. The event
+    stream says ``session_forgotten``, so a page showing it elsewhere moves on."""
+    st = state(request)
+    sid = _any_session_id(request)
     keep = request.query.get("keep_memories", "") in ("1", "true")
     try:
         async with st.agent.idle_session(sid):
@@ -96,6 +125,7 @@ async def forget_session(request: web.Request) -> web.Response:
         return error(404, str(e))
     except SessionInUseError as e:
         return error(409, str(e))
+    st.hub.publish({"type": "session_forgotten", "session_id": sid})  # other open pages
     rows = outcome.rows
     return web.json_response(
         {
@@ -254,6 +284,7 @@ def routes() -> list[web.RouteDef]:
         web.get("/api/me", me),
         web.get("/api/sessions", list_sessions),
         web.post("/api/sessions", create_session),
+        web.get("/api/sessions/{session_id}", session_footprint),
         web.delete("/api/sessions/{session_id}", forget_session),
         web.get("/api/sessions/{session_id}/messages", session_messages),
         web.post("/api/sessions/{session_id}/messages", post_message),

@@ -73,3 +73,35 @@ async def test_web_forget_session_refuses_a_running_turn_then_forgets_files_and_
     sent_after = llm_server.requests[-1]["messages"]
     assert [m["role"] for m in sent_after] == ["system", "user"]
     assert "7391" not in str(sent_after)
+
+
+async def test_web_session_footprint_says_what_a_forget_would_remove(
+    web_luna: Callable[..., Any], llm_server: FakeLLMServer
+) -> None:
+    luna = await web_luna()
+    llm_server.script(Reply(content="A cat."))
+    async with luna.client() as client:
+        assert (await client.get("/api/sessions/page-c")).status_code == 404
+        sent = await client.post(
+            "/api/sessions/page-c/messages",
+            data={"text": "what is this?"},
+            files=[("file", ("cat.png", photo(40, 30, fmt="PNG", seed=5), "image/png"))],
+        )
+        assert sent.status_code == 202, sent.text
+        await wait_until(lambda: _replies(luna, "page-c") == 1, "the reply")
+        await luna.memory.add_memory("the cat is called Miso", session_id="page-c")
+
+        seen = await client.get("/api/sessions/page-c")
+        assert seen.status_code == 200, seen.text
+        body = seen.json()
+        assert {k: body[k] for k in ("id", "messages", "files", "memories", "tasks")} == {
+            "id": "page-c",
+            "messages": 2,
+            "files": 1,
+            "memories": 1,
+            "tasks": 0,
+        }
+        assert body["first_at"] <= body["last_at"]
+        assert (await client.get("/api/sessions/a%01b")).status_code == 400
+        assert (await client.delete("/api/sessions/page-c")).status_code == 200
+        assert (await client.get("/api/sessions/page-c")).status_code == 404

@@ -7,10 +7,12 @@ import { api } from "./api.js";
 import { approvalCard } from "./approvals.js";
 import { clearFiles, initAttachments, pendingFiles } from "./attachments.js";
 import { $, clear, el, setText, short } from "./dom.js";
+import { initForget, isForgettingHere, say, setForgettable } from "./forget.js";
 import { renderMarkdown } from "./markdown.js";
 
 const PAGE = 100;
 let current = null; // session id
+let isSaved = false; // the current session has messages (it can be forgotten)
 let oldest = null; // id of the oldest message shown, for paging
 const turns = new Map(); // turn id -> { box, segment, tools: Map(call id -> line) }
 let running = []; // snapshot of running turns from the last hello
@@ -132,12 +134,18 @@ export async function switchTo(sessionId) {
   localStorage.setItem("luna.session", sessionId);
   turns.clear();
   $("#session-title").textContent = `session ${sessionId}`;
+  let listed = false;
   for (const li of document.querySelectorAll("#session-list li")) {
     li.classList.toggle("active", li.dataset.id === sessionId);
+    listed ||= li.dataset.id === sessionId && !li.classList.contains("unsaved");
   }
+  isSaved = listed;
+  setForgettable(isSaved);
   const box = clear(messages());
   const page = await api(`/api/sessions/${encodeURIComponent(sessionId)}/messages?limit=${PAGE}`);
   if (current !== sessionId) return;
+  isSaved ||= page.messages.length > 0;
+  setForgettable(isSaved);
   let list = page.messages;
   const live = running.filter((t) => t.session_id === sessionId);
   for (const turn of live) {
@@ -159,8 +167,10 @@ export async function loadSessions() {
   const list = clear($("#session-list"));
   const ids = data.sessions.map((s) => s.id);
   if (current && !ids.includes(current)) {
-    list.append(el("li", { class: "active", dataset: { id: current } }, "(new session)"));
+    list.append(el("li", { class: "active unsaved", dataset: { id: current } }, "(new session)"));
   }
+  isSaved ||= ids.includes(current);
+  setForgettable(isSaved);
   for (const s of data.sessions) {
     list.append(
       el(
@@ -186,6 +196,24 @@ async function newSession() {
   $("#input").focus();
 }
 
+let leaving = null; // the forgotten session this page is moving away from
+
+// A forgotten session (here, or in another window: the event stream says so) leaves the list;
+// a page showing it goes on in a new session, once.
+async function afterForget(sessionId) {
+  if (current !== sessionId || leaving === sessionId) {
+    await loadSessions();
+    return;
+  }
+  leaving = sessionId;
+  try {
+    if (!isForgettingHere(sessionId)) say("This session was forgotten in another window.");
+    await newSession();
+  } finally {
+    leaving = null;
+  }
+}
+
 // ---- live events ---------------------------------------------------------------------
 
 function turnFor(event) {
@@ -209,6 +237,10 @@ export function onEvent(event) {
     hellos += 1;
     // A reconnect may have missed events; a running turn of this session redraws from its own.
     if (current && (hellos > 1 || running.some((t) => t.session_id === current))) switchTo(current);
+    return;
+  }
+  if (event.type === "session_forgotten") {
+    afterForget(event.session_id);
     return;
   }
   if (event.type === "done" || event.type === "failed") loadSessions();
@@ -317,6 +349,7 @@ export async function init() {
   $("#new-session").addEventListener("click", newSession);
   $("#composer").addEventListener("submit", send);
   initAttachments();
+  initForget(currentSession, afterForget);
   $("#input").addEventListener("keydown", (event) => {
     if (event.key === "Enter" && !event.shiftKey) {
       event.preventDefault();
