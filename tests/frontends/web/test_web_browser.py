@@ -478,6 +478,32 @@ async def test_ten_thousand_message_session_in_the_page(
     assert shown_ms < 5000
 
 
+async def test_the_session_list_is_reached_and_opened_with_the_keyboard(
+    page: Any, luna_web: LunaWebProcess
+) -> None:
+    for name in ("web-keys-a", "web-keys-b"):
+        await asyncio.to_thread(_fill, luna_web, name, 2)
+    await log_in(page, luna_web.url)
+    await page.wait_for_selector("#session-list li[data-id='web-keys-a'] button.session")
+    await page.focus("#new-session")
+    in_list = "document.activeElement?.closest('#session-list li')?.dataset.id || ''"
+    for _ in range(50):  # Tab from "+ New session" through the list to the session wanted
+        await page.keyboard.press("Tab")
+        if await page.evaluate(in_list) == "web-keys-a":
+            break
+    else:
+        raise AssertionError("Tab never reached the session in the list")
+    assert await page.evaluate("document.activeElement.tagName") == "BUTTON"
+    await page.keyboard.press("Enter")
+    await page.wait_for_selector("#messages .msg:has-text('line 1')")
+    assert "web-keys-a" in (await page.text_content("#session-title") or "")
+    chosen = page.locator("#session-list li[data-id='web-keys-a'] button.session")
+    assert await chosen.get_attribute("aria-current") == "true"
+    other = page.locator("#session-list li[data-id='web-keys-b'] button.session")
+    assert await other.get_attribute("aria-current") == "false"
+    await shot(page, "17-session-list-keyboard")
+
+
 class _EvilSite(BaseHTTPRequestHandler):
     target = ""
 

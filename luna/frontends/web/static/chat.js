@@ -137,6 +137,8 @@ export async function switchTo(sessionId) {
   let listed = false;
   for (const li of document.querySelectorAll("#session-list li")) {
     li.classList.toggle("active", li.dataset.id === sessionId);
+    const button = li.querySelector("button.session");
+    if (button) button.setAttribute("aria-current", String(li.dataset.id === sessionId));
     listed ||= li.dataset.id === sessionId && !li.classList.contains("unsaved");
   }
   isSaved = listed;
@@ -175,14 +177,19 @@ export async function loadSessions() {
     list.append(
       el(
         "li",
-        {
-          class: s.id === current ? "active" : "",
-          dataset: { id: s.id },
-          title: s.id,
-          onclick: () => switchTo(s.id),
-        },
-        el("div", { class: "title" }, s.title || s.id),
-        el("div", { class: "muted small" }, `${s.messages} messages · ${s.scope}`),
+        { class: s.id === current ? "active" : "", dataset: { id: s.id }, title: s.id },
+        // A button inside the item: reached with Tab, opened with Enter or Space.
+        el(
+          "button",
+          {
+            type: "button",
+            class: "session",
+            "aria-current": s.id === current ? "true" : "false",
+            onclick: () => switchTo(s.id),
+          },
+          el("div", { class: "title" }, s.title || s.id),
+          el("div", { class: "muted small" }, `${s.messages} messages · ${s.scope}`),
+        ),
       ),
     );
   }
