@@ -114,17 +114,17 @@ async def _confirmed(question: str) -> bool:
 
 
 async def forget_cmd(args: argparse.Namespace, cfg: Config) -> int:
-    if not args.yes and not sys.stdin.isatty():
-        print(
-            f"luna sessions forget: not asked on a terminal; add --yes to forget {args.id!r}",
-            file=sys.stderr,
-        )
-        return 2
     running = await asyncio.to_thread(datafolder.running_pid, cfg.data_dir)
     async with open_memory(cfg) as mem:
         seen = await sessions.footprint(mem, args.id)
-        if seen is None:
+        if seen is None:  # said first: a typo is not a question of --yes
             raise NoSuchSessionError(f"no session {args.id!r} (see `luna sessions list`)")
+        if not args.yes and not sys.stdin.isatty():
+            print(
+                f"luna sessions forget: not asked on a terminal; add --yes to forget {args.id!r}",
+                file=sys.stderr,
+            )
+            return 2
         if not args.yes:
             print(neutralize(sessions.footprint_text(seen)))
             if args.keep_memories and seen.memories:

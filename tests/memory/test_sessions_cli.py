@@ -106,6 +106,8 @@ def test_sessions_cli_lists_asks_and_forgets_files_and_all(tmp_path: Path) -> No
 
     again = run_luna(tmp_path, llm, "sessions", "forget", "repl-1", "--yes")
     assert again.returncode == 1 and "no session 'repl-1'" in again.stderr
+    typo = run_luna(tmp_path, llm, "sessions", "forget", "repl-9")  # no terminal, no --yes
+    assert typo.returncode == 1 and "no session 'repl-9'" in typo.stderr, typo.stderr
     after = run_luna(tmp_path, llm, "sessions", "list", "--json")
     assert [json.loads(line)["id"] for line in after.stdout.splitlines()] == ["ch-2"]
 
