@@ -158,6 +158,10 @@ async def test_vision_describer_asks_the_real_server_and_stores_what_it_says(
     photo = images.add(png(200, 150, seed=5), "receipt.png")
     describer = ImageDescriber(client, memory, images, max_tokens=24)
     try:
+        # A description is kept for an image a message carries (a forgotten one's is not).
+        await memory.append_message(
+            "s", {"role": "user", "content": "my receipt", "attachments": [photo.to_json()]}
+        )
         describer.note([photo])
         describer.start()
         await describer.wait_idle()

@@ -151,8 +151,10 @@ async def test_telegram_turn_left_by_someone_no_longer_allowed_is_not_answered(
         await memory.close()
     llm_server.script(Reply(content="Answered after the restart."))
     luna = await start_luna({"allowed_users": []})
-    await telegram.wait_for(lambda: telegram.shown(OWNER), within=30)
-    assert telegram.shown(OWNER) == ["Answered after the restart."]
+    # shown() follows the streamed edits: wait for the whole reply, not its first piece.
+    await telegram.wait_for(
+        lambda: telegram.shown(OWNER) == ["Answered after the restart."], within=30
+    )
     assert telegram.shown(FRIEND) == [] and len(llm_server.requests) == 1
     query = "SELECT event_id FROM channel_turns WHERE answered_at IS NOT NULL ORDER BY event_id"
     await telegram.wait_for(lambda: luna.memory.store.query(query) == [("7",), ("8",)], within=10)
