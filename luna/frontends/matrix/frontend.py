@@ -45,6 +45,7 @@ from luna.frontends.channels.channel import Channel, ChannelSettings
 from luna.frontends.channels.contract import InboundEvent
 from luna.frontends.channels.cursor import ChannelLedger
 from luna.frontends.channels.delivery import ScheduledDelivery
+from luna.frontends.channels.following import Following
 from luna.frontends.channels.sending import LIVE_PATIENCE, attempt
 from luna.frontends.matrix.adapter import MatrixAdapter, verdict
 from luna.frontends.matrix.connection import TRUST, Connection, connect
@@ -146,7 +147,8 @@ class MatrixFrontend:
         self.conn = conn = await connect(m, self.cfg.data_dir)
         self.outbox = Outbox(conn.client, m.homeserver, m.request_timeout)
         self.adapter = MatrixAdapter(conn.client, self.outbox, edit_interval=m.edit_interval)
-        self.inbound = Inbound(conn.client, self.adapter.own_events, self.outbox.http,
+        following = Following(self.memory.store)
+        self.inbound = Inbound(conn.client, self.adapter.own_events, following, self.outbox.http,
                                m.max_attachment_bytes)  # fmt: skip
         settings = ChannelSettings(
             burst_window=m.burst_window,
@@ -237,7 +239,7 @@ class MatrixFrontend:
             if channel.receive(event):
                 self._keeper().hold(event.message_id)  # the token waits until it settles
                 if item.thread_root is not None:
-                    inbound.follow(item.thread_root)
+                    inbound.following.follow(event.session_id)
         except Exception as e:  # one bad event must not stop the sync (the log has why)
             log.exception("matrix: handling %s failed", item.event_id)
             log_event("channel_error", frontend="matrix", op="event", error=type(e).__name__)
