@@ -12,6 +12,9 @@ Invariants:
 - SQLite is read in a worker thread, never on the event loop; a positive answer is
   remembered (at most ``MAX_REMEMBERED`` threads) so a busy thread costs one lookup; a
   negative one is asked again (it changes when Luna answers).
+- A remembered thread is answered without yielding to the loop. Lookups run one at a time,
+  in the order they were asked: an app that handles each message in a task of its own
+  (Discord) hands its messages on in the order they came.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ class Following:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._known: dict[str, None] = {}  # insertion order: the oldest goes first
+        self._lookup = asyncio.Lock()  # FIFO: lookups answer in the order they were asked
 
     def follow(self, session_id: str) -> None:
         """A message in this thread was admitted: follow it from now on."""
@@ -42,7 +46,10 @@ class Following:
         """Whether the thread is followed: admitted here before, or answered in (the log)."""
         if session_id in self._known:
             return True
-        if await asyncio.to_thread(session_log.has_answered, self.store, session_id):
-            self.follow(session_id)
-            return True
-        return False
+        async with self._lookup:
+            if session_id in self._known:  # found by the lookup before this one
+                return True
+            if await asyncio.to_thread(session_log.has_answered, self.store, session_id):
+                self.follow(session_id)
+                return True
+            return False
