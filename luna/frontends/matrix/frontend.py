@@ -49,6 +49,7 @@ from luna.frontends.channels.following import Following
 from luna.frontends.channels.sending import LIVE_PATIENCE, attempt
 from luna.frontends.matrix.adapter import MatrixAdapter, verdict
 from luna.frontends.matrix.connection import TRUST, Connection, connect
+from luna.frontends.matrix.crosssign import cross_sign
 from luna.frontends.matrix.events import Reaction, RoomMessage
 from luna.frontends.matrix.inbound import CODEC, Inbound
 from luna.frontends.matrix.outbox import Outbox
@@ -145,6 +146,7 @@ class MatrixFrontend:
     async def run(self, stop: asyncio.Event) -> None:
         m = self.cfg.matrix
         self.conn = conn = await connect(m, self.cfg.data_dir)
+        await cross_sign(conn.crypto, conn.db, deadline=4 * m.request_timeout)
         self.outbox = Outbox(conn.client, m.homeserver, m.request_timeout)
         self.adapter = MatrixAdapter(conn.client, self.outbox, edit_interval=m.edit_interval)
         following = Following(self.memory.store)
