@@ -38,12 +38,12 @@ from mautrix.crypto.cross_signing_key import CrossSigningSeeds
 from mautrix.errors import MatrixConnectionError, MatrixRequestError
 from mautrix.util.async_db import Database
 
+from luna.datafolder import MATRIX_CROSS_SIGNING_TABLE as TABLE
 from luna.observe import log_event
 
 log = logging.getLogger(__name__)
 
 State = Literal["cross-signed", "foreign", "refused", "failed"]
-TABLE = "luna_cross_signing"
 
 
 async def _ensure_table(db: Database) -> None:

@@ -9,11 +9,15 @@ import sqlite3
 from typing import Any
 
 import httpx
+from mautrix.crypto.cross_signing_key import CrossSigningSeeds
 from mautrix.crypto.signature import verify_signature_json
 from mautrix.types import DeviceID, TrustState, UserID
 
 from luna.datafolder import matrix_crypto_file
+from luna.doctor.matrix import check_matrix
+from tests.conftest import Reply
 from tests.frontends.matrix.conftest import World
+from tests.frontends.matrix.test_matrix_encrypted import open_dm
 
 
 async def keys_of(world: World, user_id: str) -> dict[str, Any]:
@@ -60,3 +64,29 @@ async def test_matrix_bot_device_is_signed_by_its_own_cross_signing_keys(world: 
     again = await keys_of(world, bot)
     assert only_key(again["master_keys"][bot]) == master  # the same keys: none made again
     assert verify_signature_json(again["device_keys"][bot][device], UserID(bot), ssk, ssk)
+
+
+async def test_matrix_cross_signing_keys_made_elsewhere_are_left_alone(world: World) -> None:
+    """The bot account already has a master key Luna does not hold: she never replaces it,
+    signs nothing, still answers, and the doctor says whose keys they are not."""
+    bot = world.bot.user_id
+    elsewhere = CrossSigningSeeds.generate().to_keys().public_keys.master_key
+    async with httpx.AsyncClient(base_url=world.synapse.url, timeout=10) as http:
+        resp = await http.post(
+            "/_matrix/client/v3/keys/device_signing/upload",
+            json={"master_key": {"user_id": bot, "usage": ["master"],
+                                 "keys": {f"ed25519:{elsewhere}": elsewhere}}},
+            headers={"Authorization": f"Bearer {world.bot.access_token}"},
+        )  # fmt: skip
+    resp.raise_for_status()
+    world.llm_server.script(Reply("still here"))
+    luna = await world.start_luna()
+    room = await open_dm(world)
+    await world.owner.say(room, "hello")
+    await world.owner.answer(room, bot, "still here")
+    seen = await keys_of(world, bot)
+    assert only_key(seen["master_keys"][bot]) == elsewhere  # not replaced
+    assert bot not in seen.get("self_signing_keys", {})
+    results = {r.name: r for r in await check_matrix(luna.frontend.cfg)}
+    assert results["Matrix cross-signing"].ok is False
+    assert "not the ones Luna holds" in results["Matrix cross-signing"].detail
