@@ -1,7 +1,8 @@
 """Luna's Matrix front-end: the bot's connection and sync around the channel layer.
 
 Job: :class:`MatrixFrontend` keeps the front-end contract (``luna.frontends``): ``run(stop)``
-logs in (``connection``), syncs (``sync``), hands each room message to the channel layer as
+logs in (``connection``), has the bot's device signed by its own cross-signing keys
+(``crosssign``), syncs (``sync``), hands each room message to the channel layer as
 an ``InboundEvent`` (``inbound``) and each answer to an approval prompt (a reaction or a
 reply from the owner) to the layer's approvals; the layer's calls come back through the
 :class:`~luna.frontends.matrix.adapter.MatrixAdapter`. Invites are accepted from the owner
