@@ -40,6 +40,11 @@ def matrix_crypto_file(data_dir: Path) -> Path:
     return Path(data_dir) / "matrix" / "crypto.db"
 
 
+# The table of ``matrix_crypto_file`` holding the bot's cross-signing private keys and their
+# recovery key (``luna.frontends.matrix.crosssign``; ``luna doctor`` reads it).
+MATRIX_CROSS_SIGNING_TABLE = "luna_cross_signing"
+
+
 def held_file(db_path: Path) -> Path:
     return Path(db_path).parent / HELD_NAME
 

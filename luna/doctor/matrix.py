@@ -1,4 +1,5 @@
-"""``luna doctor``'s Matrix checks: the homeserver, the login, the device's keys, encryption.
+"""``luna doctor``'s Matrix checks: the homeserver, the login, the device's keys, its
+cross-signing, encryption.
 
 Invariants:
 - Nothing is changed anywhere: the homeserver is only asked (``/versions``, ``whoami``,
@@ -7,17 +8,27 @@ Invariants:
   reading ``crypto.db`` with the stdlib ``sqlite3`` never meets mautrix's connection in one
   process (see ``luna.frontends.matrix.connection``).
 - Matrix not configured: one skipped line. Every request has a timeout.
+- Cross-signing is checked as the homeserver shows it (``keys/query``: the device signed by
+  the account's self-signing key, that key by the master key) against the keys Luna holds
+  (``crypto.db``, ``luna.frontends.matrix.crosssign``); the private keys are read to derive
+  their public halves and never shown.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import sqlite3
 from pathlib import Path
+from typing import Any, cast
 
 import httpx
+from mautrix.crypto.cross_signing_key import CrossSigningSeeds
+from mautrix.crypto.signature import SignedObject, verify_signature_json
+from mautrix.types import SigningKey, UserID
 
 from luna.config import Config
+from luna.datafolder import MATRIX_CROSS_SIGNING_TABLE as TABLE
 from luna.datafolder import matrix_crypto_file
 from luna.doctor.result import CheckResult, fail, ok, skipped
 
@@ -53,18 +64,77 @@ async def _whoami(http: httpx.AsyncClient, token: str) -> tuple[str, str] | Chec
     return str(data.get("user_id", "")), str(data.get("device_id", ""))
 
 
-async def _published(http: httpx.AsyncClient, token: str, user: str, device: str) -> str | None:
-    """The device's published ed25519 key (its fingerprint), or None when it has none."""
+def _held_master(path: Path, user: str) -> str | None:
+    """The public master key of the cross-signing keys Luna holds for ``user``, or None."""
+    if not path.exists():
+        return None
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=2)
+    try:
+        exists = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (TABLE,)
+        ).fetchone()
+        query = f"SELECT master, self_signing, user_signing FROM {TABLE} WHERE user_id = ?"
+        row = conn.execute(query, (user,)).fetchone() if exists else None
+    finally:
+        conn.close()
+    if row is None:
+        return None
+    seeds = CrossSigningSeeds(*(base64.b64decode(seed) for seed in row))
+    return str(seeds.to_keys().public_keys.master_key)
+
+
+async def _published(
+    http: httpx.AsyncClient, token: str, user: str, device: str
+) -> tuple[str | None, dict[str, Any]]:
+    """(The device's published ed25519 key, its fingerprint, or None when it has none;
+    the whole ``keys/query`` answer for it)."""
     resp = await http.post(
         "/_matrix/client/v3/keys/query",
         json={"device_keys": {user: [device]}},
         headers={"Authorization": f"Bearer {token}"},
     )
     resp.raise_for_status()
-    keys = (resp.json().get("device_keys", {}).get(user) or {}).get(device)
+    seen = resp.json()
+    keys = (seen.get("device_keys", {}).get(user) or {}).get(device)
     if not isinstance(keys, dict):
+        return None, seen
+    return str((keys.get("keys") or {}).get(f"ed25519:{device}") or "") or None, seen
+
+
+def _only_key(seen: dict[str, Any], kind: str, user: str) -> tuple[dict[str, Any], str] | None:
+    signed = (seen.get(kind) or {}).get(user)
+    if not isinstance(signed, dict) or len(signed.get("keys") or {}) != 1:
         return None
-    return str((keys.get("keys") or {}).get(f"ed25519:{device}") or "") or None
+    return signed, str(next(iter(signed["keys"].values())))
+
+
+def cross_signing(seen: dict[str, Any], user: str, device: str, held: str | None) -> CheckResult:
+    """The bot's cross-signing as the homeserver shows it, against the keys Luna holds."""
+    name, uid = "Matrix cross-signing", UserID(user)
+    master, self_signing = (_only_key(seen, k, user) for k in ("master_keys", "self_signing_keys"))
+    if master is None:
+        return fail(name, "the bot account has no cross-signing keys",
+                    "start Luna: she makes them (the homeserver must allow the first upload "
+                    "without user-interactive auth, MSC3967); until then verify her device "
+                    "by its fingerprint")  # fmt: skip
+    if held != master[1]:
+        return fail(name, "the bot account's cross-signing keys are not the ones Luna holds",
+                    "they were set up elsewhere; Luna leaves them: verify her device by its "
+                    "fingerprint")  # fmt: skip
+    device_keys = (seen.get("device_keys", {}).get(user) or {}).get(device) or {}
+
+    def is_signed(data: dict[str, Any], key: str) -> bool:
+        return verify_signature_json(cast(SignedObject, data), uid, key, SigningKey(key))
+
+    signed = (
+        self_signing is not None
+        and is_signed(self_signing[0], master[1])
+        and is_signed(device_keys, self_signing[1])
+    )
+    if not signed:
+        return fail(name, f"device {device} is not signed by the account's self-signing key",
+                    "restart Luna: she signs her device at start")  # fmt: skip
+    return ok(name, f"device {device} signed by the bot's own keys: verify the bot user once")
 
 
 def fingerprint(key: str) -> str:
@@ -108,7 +178,9 @@ async def check_matrix(cfg: Config) -> list[CheckResult]:
                 )
             else:
                 results.append(ok("Matrix login", f"{user}, device {device}"))
-                key = await _published(http, m.access_token, user, device) if stored else None
+                key, seen = (
+                    await _published(http, m.access_token, user, device) if stored else (None, {})
+                )
                 if stored and key is None:
                     results.append(
                         fail(
@@ -121,6 +193,10 @@ async def check_matrix(cfg: Config) -> list[CheckResult]:
                     results.append(
                         ok("Matrix device keys", f"published; fingerprint {fingerprint(key)}")
                     )
+                    held = await asyncio.to_thread(
+                        _held_master, matrix_crypto_file(cfg.data_dir), user
+                    )
+                    results.append(cross_signing(seen, user, device, held))
         elif m.password:
             results.append(ok("Matrix login", f"MATRIX_PASSWORD set for {m.user_id or '?'}"))
         else:

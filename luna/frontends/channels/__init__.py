@@ -18,4 +18,5 @@ typing, approval prompts, where a scheduled result goes) become its app's calls,
 - ``download``  a file fetched over HTTP, never past a cap (the adapters' readers)
 - ``delivery``  scheduled results sent to where they were asked for
 - ``cursor``    an app's read position and its acknowledged, unanswered turns, in the database
+- ``following`` the threads Luna follows (answered in), from the session log
 """

@@ -14,6 +14,8 @@ Invariants:
 - Nothing raised while handling one message stops the bot (the layer's rule; ``on_message``
   logs what escapes it).
 - A thread is opened only for a message admitted once: a replayed event opens none.
+- A thread Luna opened, or answered in (``channels.following``: its session holds one of
+  her answers, so a restart keeps it), is followed: a follow-up there needs no mention.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from luna.frontends.channels.access import Speaker
 from luna.frontends.channels.channel import Channel, ChannelSettings
 from luna.frontends.channels.contract import InboundEvent
 from luna.frontends.channels.delivery import ScheduledDelivery
+from luna.frontends.channels.following import Following
 from luna.frontends.channels.sending import attempt
 from luna.frontends.discord.adapter import APPROVE, DENY, DiscordAdapter, incoming_file
 from luna.frontends.discord.calls import call
@@ -128,7 +131,7 @@ class LunaBot(discord.Client):
         self.cfg = cfg
         self.agent = agent
         self.memory = memory
-        self.known_threads: set[int] = set()
+        self.following = Following(memory.store)  # threads as their sessions
         self.adapter = DiscordAdapter(self, edit_interval=cfg.discord.edit_interval)
         settings = ChannelSettings(
             burst_window=cfg.discord.burst_window,
@@ -174,7 +177,7 @@ class LunaBot(discord.Client):
 
     # ---- routing -----------------------------------------------------------------------
 
-    def facts(self, message: discord.Message) -> MessageFacts:
+    async def facts(self, message: discord.Message) -> MessageFacts:
         """Extract what :func:`decide` needs from a discord.py message."""
         me = self.user
         bot_id = me.id if me else 0
@@ -184,8 +187,9 @@ class LunaBot(discord.Client):
             re.search(rf"<@!?{bot_id}>", message.content or "")
         )
         known = is_thread and (
-            channel.id in self.known_threads or getattr(channel, "owner_id", None) == bot_id
-        )
+            getattr(channel, "owner_id", None) == bot_id
+            or (not mentioned and await self.following.follows(f"thread-{channel.id}"))
+        )  # a mention is heard anyway: no await, so it is followed before the next message
         return MessageFacts(
             author_id=message.author.id,
             author_is_bot=bool(message.author.bot),
@@ -205,7 +209,7 @@ class LunaBot(discord.Client):
             return
         if message.type not in (discord.MessageType.default, discord.MessageType.reply):
             return  # joins, pins, thread-created notices...
-        route = decide(self.facts(message), self.cfg.discord)
+        route = decide(await self.facts(message), self.cfg.discord)
         if route is None:
             return
         if not self.channel.admit(str(message.id)):
@@ -221,7 +225,7 @@ class LunaBot(discord.Client):
             else:
                 session_id = f"ch-{message.channel.id}-{message.author.id}"
         if route.remember_thread:
-            self.known_threads.add(message.channel.id)
+            self.following.follow(f"thread-{message.channel.id}")
         is_dm = message.guild is None
         event = InboundEvent(
             message_id=str(message.id),
@@ -245,5 +249,5 @@ class LunaBot(discord.Client):
             "discord", "create_thread", lambda: call(message.create_thread(name=name))
         )
         if thread is not None:
-            self.known_threads.add(thread.id)
+            self.following.follow(f"thread-{thread.id}")
         return thread

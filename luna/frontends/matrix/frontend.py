@@ -1,7 +1,8 @@
 """Luna's Matrix front-end: the bot's connection and sync around the channel layer.
 
 Job: :class:`MatrixFrontend` keeps the front-end contract (``luna.frontends``): ``run(stop)``
-logs in (``connection``), syncs (``sync``), hands each room message to the channel layer as
+logs in (``connection``), has the bot's device signed by its own cross-signing keys
+(``crosssign``), syncs (``sync``), hands each room message to the channel layer as
 an ``InboundEvent`` (``inbound``) and each answer to an approval prompt (a reaction or a
 reply from the owner) to the layer's approvals; the layer's calls come back through the
 :class:`~luna.frontends.matrix.adapter.MatrixAdapter`. Invites are accepted from the owner
@@ -45,9 +46,11 @@ from luna.frontends.channels.channel import Channel, ChannelSettings
 from luna.frontends.channels.contract import InboundEvent
 from luna.frontends.channels.cursor import ChannelLedger
 from luna.frontends.channels.delivery import ScheduledDelivery
+from luna.frontends.channels.following import Following
 from luna.frontends.channels.sending import LIVE_PATIENCE, attempt
 from luna.frontends.matrix.adapter import MatrixAdapter, verdict
 from luna.frontends.matrix.connection import TRUST, Connection, connect
+from luna.frontends.matrix.crosssign import cross_sign
 from luna.frontends.matrix.events import Reaction, RoomMessage
 from luna.frontends.matrix.inbound import CODEC, Inbound
 from luna.frontends.matrix.outbox import Outbox
@@ -144,9 +147,11 @@ class MatrixFrontend:
     async def run(self, stop: asyncio.Event) -> None:
         m = self.cfg.matrix
         self.conn = conn = await connect(m, self.cfg.data_dir)
+        await cross_sign(conn.crypto, conn.db, deadline=4 * m.request_timeout)
         self.outbox = Outbox(conn.client, m.homeserver, m.request_timeout)
         self.adapter = MatrixAdapter(conn.client, self.outbox, edit_interval=m.edit_interval)
-        self.inbound = Inbound(conn.client, self.adapter.own_events, self.outbox.http,
+        following = Following(self.memory.store)
+        self.inbound = Inbound(conn.client, self.adapter.own_events, following, self.outbox.http,
                                m.max_attachment_bytes)  # fmt: skip
         settings = ChannelSettings(
             burst_window=m.burst_window,
@@ -237,7 +242,7 @@ class MatrixFrontend:
             if channel.receive(event):
                 self._keeper().hold(event.message_id)  # the token waits until it settles
                 if item.thread_root is not None:
-                    inbound.follow(item.thread_root)
+                    inbound.following.follow(event.session_id)
         except Exception as e:  # one bad event must not stop the sync (the log has why)
             log.exception("matrix: handling %s failed", item.event_id)
             log_event("channel_error", frontend="matrix", op="event", error=type(e).__name__)

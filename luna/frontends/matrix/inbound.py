@@ -10,8 +10,9 @@ restart must finish.
 Invariants:
 - A direct room (Luna and one other member) is private: every message addresses her. In a
   bigger room a message addresses her when it mentions her, replies to one of her events, or
-  is in a thread she answers in (rooted at one of her events, or one the front-end was told
-  of with :meth:`Inbound.follow`). The rule of who is heard is the layer's.
+  is in a thread she follows (rooted at one of her events, or one she answered in or was
+  admitted in: ``channels.following``, which survives a restart). The rule of who is heard
+  is the layer's.
 - The bot's full user id is removed from the text of a message that mentions her.
 - The event id is the replay and duplicate key; the answer goes to the thread, or in a
   bigger room as a reply to the message (``conversation.Room``).
@@ -35,6 +36,7 @@ from mautrix.types import EventID, RoomID
 from luna.errors import MatrixError
 from luna.frontends.channels.contract import ChannelError, InboundEvent, IncomingFile
 from luna.frontends.channels.cursor import EventCodec
+from luna.frontends.channels.following import Following
 from luna.frontends.matrix.adapter import remember
 from luna.frontends.matrix.conversation import Room, session_of
 from luna.frontends.matrix.events import MatrixFile, RoomMessage
@@ -101,17 +103,19 @@ class Inbound:
     """The translation of one bot account's room messages."""
 
     def __init__(
-        self, client: Client, own_events: dict[str, None], http: httpx.AsyncClient, cap: int
+        self,
+        client: Client,
+        own_events: dict[str, None],
+        following: Following,
+        http: httpx.AsyncClient,
+        cap: int,
     ) -> None:
         self.client = client
         self.own_events = own_events  # the adapter's: every event Luna sent
+        self.following = following  # the threads Luna answers in, as their sessions
         self.http = http
         self.cap = cap
-        self.threads: dict[str, None] = {}  # thread roots Luna answers in
         self.direct: dict[str, bool] = {}
-
-    def follow(self, thread_root: str) -> None:
-        remember(self.threads, thread_root)
 
     async def is_own(self, room_id: str, event_id: str | None) -> bool:
         """Whether ``event_id`` is Luna's (remembered, else asked of the homeserver)."""
@@ -137,12 +141,16 @@ class Inbound:
     async def event_of(self, msg: RoomMessage) -> InboundEvent:
         bot = str(self.client.mxid)
         is_direct = await self.is_direct(msg.room_id)
+        session_id = session_of(
+            msg.room_id, msg.sender, thread_root=msg.thread_root, is_direct=is_direct
+        )
         addressed = (
             is_direct
             or msg.mentions_bot
             or await self.is_own(msg.room_id, msg.reply_to)
             or (msg.thread_root is not None and (
-                msg.thread_root in self.threads or await self.is_own(msg.room_id, msg.thread_root)
+                await self.following.follows(session_id)
+                or await self.is_own(msg.room_id, msg.thread_root)
             ))
         )  # fmt: skip
         text = msg.text
@@ -158,9 +166,7 @@ class Inbound:
             author_id=msg.sender,
             author_is_bot=False,
             conversation=room,
-            session_id=session_of(
-                msg.room_id, msg.sender, thread_root=msg.thread_root, is_direct=is_direct
-            ),  # fmt: skip
+            session_id=session_id,
             text=text,
             is_private=is_direct,
             addressed=addressed,

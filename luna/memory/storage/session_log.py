@@ -268,6 +268,16 @@ def has_message(store: Store, session_id: str, message_id: int) -> bool:
     return bool(rows)
 
 
+def has_answered(store: Store, session_id: str) -> bool:
+    """Whether Luna has spoken in the session: it holds an assistant message (none once the
+    session is forgotten). One indexed lookup (``messages_session``)."""
+    rows = store.query(
+        "SELECT 1 FROM messages WHERE session_id = ? AND role = 'assistant' LIMIT 1",
+        (session_id,),
+    )
+    return bool(rows)
+
+
 def set_summary(store: Store, session_id: str, text: str, cut_message_id: int) -> None:
     """Store the session's cumulative summary and move its compaction cut (soft); refused
     when the cut's message is not the session's (it was forgotten meanwhile)."""

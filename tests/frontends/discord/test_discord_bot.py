@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from luna.frontends.channels.following import Following
 from luna.tools.registry import ToolContext
 from tests.fakes.llm_server import FakeLLMServer, Reply
 from tests.frontends.discord.conftest import FRIEND_ID, OWNER_ID, STRANGER_ID
@@ -105,6 +106,12 @@ async def test_bot_foreign_thread_needs_a_mention_once(
     await h.settle(turns=2)
     assert [user_text(r) for r in llm_server.requests] == ["help us", "thanks"]
     assert [m["content"] for m in h.bot_messages(thread)] == ["joined", "still here"]
+    h.bot.following = Following(h.memory.store)  # as after a restart: nothing in memory
+    llm_server.script(Reply(content="after a restart"))
+    await h.say("one more", h.friend, channel=thread)  # followed: she answered here
+    await h.settle(turns=1)
+    assert [user_text(r) for r in llm_server.requests][-1] == "one more"
+    assert h.bot_messages(thread)[-1]["content"] == "after a restart"
 
 
 async def test_bot_ignores_strangers_by_default(

@@ -101,6 +101,8 @@ async def test_matrix_doctor_checks_homeserver_login_keys(world: World) -> None:
     key = conn.crypto.account.signing_key  # the ed25519 key the owner verifies by
     shown = results["Matrix device keys"].detail.removeprefix("published; fingerprint ")
     assert shown.replace(" ", "") == key and len(shown.split()[0]) == 4
+    signed = results["Matrix cross-signing"].detail
+    assert signed.startswith(f"device {world.bot.device_id} signed by the bot's own keys")
     bad = cfg.model_copy(update={"matrix": cfg.matrix.model_copy(update={"access_token": "x"})})
     refused = {r.name: r for r in await check_matrix(bad)}
     assert refused["Matrix login"].ok is False

@@ -37,12 +37,9 @@ async def test_matrix_room_answers_only_when_mentioned(world: World) -> None:
     assert not any("not Luna" in p for p in prompts)
 
 
-async def test_matrix_thread_is_a_session_of_its_own(world: World) -> None:
-    world.llm_server.script(Reply("thread answer one"), Reply("thread answer two"))
-    await world.start_luna()
-    room = await open_group(world)
-    root = await world.owner.say(room, "a topic for a thread")
-    in_thread = {
+def in_thread(root: str) -> dict:
+    """A message in the thread of ``root``, as Element sends it (falling back to the root)."""
+    return {
         "m.relates_to": {
             "rel_type": "m.thread",
             "event_id": root,
@@ -50,9 +47,17 @@ async def test_matrix_thread_is_a_session_of_its_own(world: World) -> None:
             "m.in_reply_to": {"event_id": root},
         }
     }
-    await world.owner.say(room, "", **mention(world, "first in thread"), **in_thread)
+
+
+async def test_matrix_thread_is_a_session_of_its_own(world: World) -> None:
+    world.llm_server.script(Reply("thread answer one"), Reply("thread answer two"))
+    await world.start_luna()
+    room = await open_group(world)
+    root = await world.owner.say(room, "a topic for a thread")
+    threaded = in_thread(root)
+    await world.owner.say(room, "", **mention(world, "first in thread"), **threaded)
     await world.owner.answer(room, world.bot.user_id, "thread answer one")
-    await world.owner.say(room, "a follow-up without mention", **in_thread)
+    await world.owner.say(room, "a follow-up without mention", **threaded)
     msgs = await world.owner.answer(room, world.bot.user_id, "thread answer two", count=2)
     for m in msgs:
         assert m["content"]["m.relates_to"]["rel_type"] == "m.thread"
@@ -61,6 +66,40 @@ async def test_matrix_thread_is_a_session_of_its_own(world: World) -> None:
     history = " ".join(str(m.get("content")) for m in second)
     assert "first in thread" in history and "thread answer one" in history
     assert "a topic for a thread" not in history  # the root was never a message to Luna
+
+
+async def test_matrix_thread_answered_in_is_followed_after_restart(world: World) -> None:
+    """Luna answers a mention in a thread, restarts on the same data folder, and answers a
+    follow-up there without a mention, once; a thread she never answered in stays unheard
+    without one, before the restart and after it."""
+    world.llm_server.script(Reply("thread answer one"))
+    await world.start_luna()
+    room, bot = await open_group(world), world.bot.user_id
+    followed = await world.owner.say(room, "a topic Luna is asked about")
+    ignored = await world.owner.say(room, "a topic between people")
+    await world.owner.say(room, "no mention in here", **in_thread(ignored))
+    await world.owner.say(room, "", **mention(world, "first in thread"), **in_thread(followed))
+    await world.owner.answer(room, bot, "thread answer one")
+    await world.stop_luna()
+
+    world.llm_server.script(Reply("thread answer two"))
+    await world.start_luna()
+    await world.owner.say(room, "still nobody asks Luna", **in_thread(ignored))
+    await world.owner.say(room, "a follow-up without mention", **in_thread(followed))
+    msgs = await world.owner.answer(room, bot, "thread answer two", count=2)
+    assert [m["content"]["body"] for m in msgs] == ["thread answer one", "thread answer two"]
+    assert msgs[-1]["content"]["m.relates_to"]["event_id"] == followed  # in its thread
+    prompts = [str(r["messages"][-1]["content"]) for r in world.llm_server.requests]
+    assert len(prompts) == 2 and "a follow-up without mention" in prompts[-1]
+    assert not any("no mention in here" in p or "nobody asks" in p for p in prompts)
+    luna = world.luna
+    assert luna is not None
+    sync, keeper = luna.frontend.sync, luna.frontend.keeper
+    assert sync is not None and keeper is not None
+    batches = sync.batches  # the next batch brings the answer back: all before it is settled
+    await world.owner.wait_until(lambda: sync.batches > batches and keeper.unsettled == 0)
+    assert len(world.owner.messages_from(room, bot)) == 2  # answered once
+    assert len(world.llm_server.requests) == 2
 
 
 async def test_matrix_invite_from_stranger_declined(world: World) -> None:
