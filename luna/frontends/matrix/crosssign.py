@@ -112,7 +112,8 @@ async def cross_sign(crypto: OlmMachine, db: Database, *, deadline: float) -> St
     except MatrixRequestError as e:
         state = "refused" if e.http_status in (401, 403) else "failed"
         log.warning("matrix: cross-signing the bot's device failed: %s", type(e).__name__)
-    except (MatrixConnectionError, OSError, TimeoutError) as e:
+    except (MatrixConnectionError, OSError, TimeoutError, ValueError) as e:
+        # ValueError: mautrix's own refusals (device keys not shared yet, a damaged SSSS key)
         state = "failed"
         log.warning("matrix: cross-signing the bot's device failed: %s", type(e).__name__)
     if state == "foreign":
